@@ -1,0 +1,3 @@
+from sparkpair.cli import run
+
+run()

@@ -1,0 +1,167 @@
+"""The `sparkpair` command line: a thin click layer over the library.
+
+Only click is imported at start-up (so `--help` stays fast); each command imports what it needs.
+Every expected failure ends as one-line errors and an exit code: 0 ok, 1 failure, 2 bad input
+or usage, 130 interrupted. Never a traceback: unexpected errors go to a debug log.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+class ExitStatus(enum.IntEnum):
+    OK = 0
+    FAILURE = 1
+    USAGE = 2
+    INTERRUPTED = 130
+
+
+class App:
+    """What every command shares: where the inventory is, and how chatty to be."""
+
+    def __init__(self, inventory_path: str, verbose: int) -> None:
+        self.inventory_path = inventory_path
+        self.verbose = verbose
+        self._inventory: Any = None
+
+    @property
+    def inventory(self) -> Any:
+        if self._inventory is None:
+            from sparkpair.inventory import read_inventory
+
+            self._inventory = read_inventory(self.inventory_path)
+        return self._inventory
+
+
+pass_app = click.make_pass_decorator(App)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("-i", "--inventory", "inventory_path", envvar="SPARKPAIR_INVENTORY", default="inventory.yaml",
+              show_default=True, metavar="PATH", help="Inventory file (also $SPARKPAIR_INVENTORY).")
+@click.option("-v", "--verbose", count=True, help="More detail (repeat for more).")
+@click.version_option(package_name="sparkpair", prog_name="sparkpair")
+@click.pass_context
+def cli(ctx: click.Context, inventory_path: str, verbose: int) -> None:
+    """Run one model across two DGX Sparks cabled back-to-back, and say what is wrong when it fails."""
+    ctx.obj = App(inventory_path, verbose)
+
+
+@cli.group()
+def inventory() -> None:
+    """Validate, show or describe the inventory (no network)."""
+
+
+@inventory.command("check")
+@pass_app
+def inventory_check(app: App) -> None:
+    """Validate the inventory and render everything from it, without touching a node."""
+    from sparkpair import render, report
+
+    inv = app.inventory
+    files = [f for name in inv.profiles for f in render.render_all(inv, name, app.inventory_path)]
+    report.inventory_ok(app.inventory_path, {"nodes": [f"{inv.head.name} (head)", inv.worker.name],
+                                             "profile": inv.server.profile, "files": len(files)})
+
+
+@inventory.command("show")
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of YAML.")
+@pass_app
+def inventory_show(app: App, as_json: bool) -> None:
+    """Print the inventory with every default filled in and every profile resolved."""
+    import yaml
+
+    from sparkpair import report
+
+    inv = app.inventory
+    data = inv.model_dump(mode="json")
+    data["models"] = {name: profile.model_dump(mode="json") for name, profile in inv.profiles.items()}
+    if as_json:
+        report.emit_json(data)
+    else:
+        report.emit_text(yaml.safe_dump(data, sort_keys=False))
+
+
+@inventory.command("schema")
+def inventory_schema() -> None:
+    """Print the inventory's JSON Schema (for editors)."""
+    from sparkpair import report
+    from sparkpair.inventory import Inventory
+
+    report.emit_json(Inventory.model_json_schema())
+
+
+@cli.command("render")
+@click.argument("profile", required=False)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Directory to write the files into.")
+@pass_app
+def render_cmd(app: App, profile: str | None, out_dir: Path) -> None:
+    """Write every file sparkpair would put on the nodes for PROFILE, for review."""
+    from sparkpair import render, report
+
+    inv = app.inventory
+    name = _known_profile(inv, profile)
+    files = render.render_all(inv, name, app.inventory_path)
+    report.written_files(out_dir, render.write_files(files, out_dir))
+
+
+def _known_profile(inv: Any, name: str | None) -> str:
+    """The profile to use: the one named, or the inventory's server.profile."""
+    name = name or inv.server.profile
+    if name not in inv.profiles:
+        raise click.BadParameter(f"no profile {name!r}; known: {', '.join(sorted(inv.profiles))}",
+                                 param_hint="PROFILE")
+    return name
+
+
+def _debug_log(error: BaseException) -> Path:
+    path = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sparkpair" / "debug.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write("".join(traceback.format_exception(error)) + "\n")
+    except OSError:
+        pass
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the CLI and turn every outcome into an exit status."""
+    from sparkpair.errors import SparkpairError
+
+    try:
+        result = cli.main(args=argv, prog_name="sparkpair", standalone_mode=False)
+        return int(result) if isinstance(result, int) else ExitStatus.OK
+    except click.exceptions.Exit as done:
+        return done.exit_code
+    except click.ClickException as error:
+        error.show()
+        return error.exit_code
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        return ExitStatus.INTERRUPTED
+    except SparkpairError as error:
+        from sparkpair import report
+
+        report.error_lines(error.lines())
+        return error.exit_code
+    except BrokenPipeError:
+        return ExitStatus.OK
+    except Exception as error:  # noqa: BLE001 (the one place that catches everything)
+        path = _debug_log(error)
+        click.echo(f"error: internal error ({type(error).__name__}: {error}); details in {path}", err=True)
+        return ExitStatus.FAILURE
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Model profiles: what to serve, with which draft, and with which TensorRT-LLM settings.
+
+The built-in profiles follow NVIDIA's DGX Spark playbooks to the letter (see
+docs/profiles.md for the source of every value). The inventory's `models:` section may
+override any field of a built-in profile (deep merge) or add new profiles.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ModelIdPattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
+ScalarValue = bool | int | float | str
+
+
+class Profile(BaseModel):
+    """One servable recipe: target, optional draft, parallelism and engine settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    description: str = ""
+    target: str = Field(pattern=ModelIdPattern)
+    draft: str | None = Field(default=None, pattern=ModelIdPattern)
+    decoding_type: Literal["Eagle", "Eagle3", "DraftTarget"] | None = None
+    max_draft_len: int | None = Field(default=None, ge=1, le=16)
+    tp_size: Literal[1, 2] = 2
+    serve_args: dict[str, ScalarValue] = Field(default_factory=dict)
+    llm_api: dict[str, Any] = Field(default_factory=dict)
+    target_gib: float = Field(default=0.0, ge=0)
+    draft_gib: float = Field(default=0.0, ge=0)
+    headroom_gib: float = Field(default=8.0, ge=0)
+
+    @property
+    def is_pair(self) -> bool:
+        """True when the profile spans both nodes (tensor parallel 2)."""
+        return self.tp_size == 2
+
+    @property
+    def repos(self) -> list[str]:
+        """HF repo ids the profile needs on every node that runs a rank."""
+        return [self.target] + ([self.draft] if self.draft else [])
+
+    def memory_needed_gib(self) -> float:
+        """Unified memory one node needs: its weight shard, the draft, and headroom for KV."""
+        return self.target_gib / self.tp_size + self.draft_gib + self.headroom_gib
+
+
+_RECIPE_RUNTIME = {
+    "enable_attention_dp": False,
+    "disable_overlap_scheduler": False,
+    "enable_autotuner": False,
+}
+
+BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
+    "qwen3-235b": {
+        "description": "Qwen3-235B-A22B NVFP4 + Eagle3, TP=2 across both Sparks (NVIDIA two-Spark recipe)",
+        "target": "nvidia/Qwen3-235B-A22B-FP4",
+        "draft": "nvidia/Qwen3-235B-A22B-Eagle3",
+        "decoding_type": "Eagle",
+        "max_draft_len": 3,
+        "tp_size": 2,
+        "serve_args": {"backend": "pytorch", "max_num_tokens": 1024},
+        "llm_api": {
+            **_RECIPE_RUNTIME,
+            "enable_chunked_prefill": False,
+            # The one addition to NVIDIA's YAML: /metrics reports draft acceptance only with it.
+            "enable_iter_perf_stats": True,
+            "cuda_graph_config": {"max_batch_size": 1},
+            "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": False},
+        },
+        "target_gib": 130.0,
+        "draft_gib": 2.0,
+    },
+    "gpt-oss-120b": {
+        "description": "GPT-OSS-120B + Eagle3 on one Spark (NVIDIA single-Spark recipe)",
+        "target": "openai/gpt-oss-120b",
+        "draft": "nvidia/gpt-oss-120b-Eagle3",
+        "decoding_type": "Eagle",
+        "max_draft_len": 5,
+        "tp_size": 1,
+        "serve_args": {"backend": "pytorch", "max_batch_size": 1},
+        "llm_api": {
+            **_RECIPE_RUNTIME,
+            "enable_iter_perf_stats": True,
+            "cuda_graph_config": {"max_batch_size": 1},
+            "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": False},
+        },
+        "target_gib": 65.0,
+        "draft_gib": 1.5,
+    },
+    "llama-3.3-70b": {
+        "description": "Llama-3.3-70B NVFP4 with Llama-3.1-8B NVFP4 as draft on one Spark (Draft-Target)",
+        "target": "nvidia/Llama-3.3-70B-Instruct-FP4",
+        "draft": "nvidia/Llama-3.1-8B-Instruct-FP4",
+        "decoding_type": "DraftTarget",
+        "max_draft_len": 4,
+        "tp_size": 1,
+        "serve_args": {
+            "backend": "pytorch",
+            "max_batch_size": 1,
+            "kv_cache_free_gpu_memory_fraction": 0.9,
+        },
+        "llm_api": {
+            "print_iter_log": False,
+            "disable_overlap_scheduler": True,
+            "enable_iter_perf_stats": True,
+            "kv_cache_config": {"enable_block_reuse": False},
+        },
+        "target_gib": 40.0,
+        "draft_gib": 6.0,
+    },
+}
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """Return base updated by override, merging nested mappings key by key."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def profile_sources(overrides: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Built-in profiles with the inventory's overrides merged in, plus new profiles."""
+    sources = {name: copy.deepcopy(spec) for name, spec in BUILTIN_PROFILES.items()}
+    for name, override in overrides.items():
+        sources[name] = deep_merge(sources.get(name, {}), override)
+    return sources

@@ -1,0 +1,128 @@
+"""Render the files sparkpair puts on the nodes from jinja2 templates (StrictUndefined).
+
+Pure: no network. Every rendered file is validated before anyone can use it; a failure is a
+RenderError naming the template line or the offending key.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+import yaml
+
+from sparkpair import llmapi, recipe, runbook
+from sparkpair.errors import RenderError
+from sparkpair.inventory import Inventory, Node
+
+NETPLAN_FILE = "40-sparkpair-cx7.yaml"
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    """A generated file: where it goes (relative), its text and its mode."""
+
+    path: str
+    content: str
+    mode: int = 0o644
+
+
+def templates_dir() -> Path:
+    """templates/ inside the installed package, or at the top of a source checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "templates", here.parent / "templates"):
+        if candidate.is_dir():
+            return candidate
+    raise RenderError("sparkpair's templates are missing from this installation; reinstall sparkpair")
+
+
+@cache
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+    env.filters["to_yaml"] = lambda value: yaml.safe_dump(value, sort_keys=False, default_flow_style=False).rstrip()
+    return env
+
+
+def render_template(name: str, **context: Any) -> str:
+    """Render templates/<name>; template errors name the template and line."""
+    try:
+        return _environment().get_template(name).render(**context)
+    except jinja2.TemplateError as error:
+        line = getattr(error, "lineno", None)
+        where = f"{name}:{line}" if line else name
+        raise RenderError(f"template {where}: {error.message or type(error).__name__}") from None
+
+
+def netplan_file(inventory: Inventory, node: Node, source: str = "the inventory") -> RenderedFile:
+    """/etc/netplan/40-sparkpair-cx7.yaml for node: its QSFP twins, static, at the cluster MTU."""
+    text = render_template("netplan-cx7.yaml.j2", node=node, mtu=inventory.cluster.mtu,
+                           filename=NETPLAN_FILE, inventory_name=source)
+    return RenderedFile(f"{node.name}/{NETPLAN_FILE}", text, 0o600)
+
+
+def hostfile(inventory: Inventory) -> RenderedFile:
+    text = render_template("openmpi-hostfile.j2", cluster=inventory.cluster.name,
+                           lines=recipe.hostfile_lines(inventory))
+    return RenderedFile("openmpi-hostfile", text)
+
+
+def container_env_file(inventory: Inventory) -> RenderedFile:
+    text = render_template("container.env.j2", cluster=inventory.cluster.name,
+                           env=recipe.container_env(inventory))
+    return RenderedFile("container.env", text)
+
+
+def llm_api_config(inventory: Inventory, profile_name: str) -> RenderedFile:
+    """The validated --extra_llm_api_options YAML of a profile."""
+    profile = inventory.profile(profile_name)
+    options = recipe.llm_api_options(profile)
+    problems = llmapi.option_problems(options, recipe.passed_flags(inventory, profile))
+    problems += llmapi.flag_problems(recipe.passed_flags(inventory, profile))
+    if problems:
+        raise RenderError(f"profile {profile_name}: {problems[0]}" +
+                          (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    text = render_template("extra-llm-api-config.yml.j2", profile_name=profile_name, profile=profile,
+                           options=options)
+    return RenderedFile(f"{profile_name}/extra-llm-api-config.yml", text)
+
+
+def launch_script(inventory: Inventory, profile_name: str, source: str = "the inventory") -> RenderedFile:
+    """The runbook of a launch: every command sparkpair runs, node by node."""
+    profile = inventory.profile(profile_name)
+    text = render_template("launch.sh.j2", profile_name=profile_name, profile=profile,
+                           inventory_name=source, steps=runbook.launch_steps(inventory, profile_name),
+                           secrets_dir=recipe.NODE_SECRETS_DIR, token_path=recipe.HF_TOKEN_FILE)
+    return RenderedFile(f"{profile_name}/launch.sh", text, 0o755)
+
+
+def render_all(inventory: Inventory, profile_name: str, source: str = "the inventory") -> list[RenderedFile]:
+    """Every file `sparkpair render` writes for a profile."""
+    files = [netplan_file(inventory, node, source) for node in inventory.nodes]
+    files += [hostfile(inventory), container_env_file(inventory),
+              llm_api_config(inventory, profile_name), launch_script(inventory, profile_name, source)]
+    return files
+
+
+def write_files(files: list[RenderedFile], out_dir: Path) -> list[Path]:
+    """Write files under out_dir atomically (temp file, then rename) with their modes."""
+    written = []
+    for item in files:
+        target = out_dir / item.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(item.content)
+        os.chmod(temp, item.mode)
+        os.replace(temp, target)
+        written.append(target)
+    return written

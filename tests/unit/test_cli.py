@@ -1,0 +1,77 @@
+"""The CLI layer: exit codes, one-line errors, JSON output, and a start-up that imports little."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparkpair.cli import main
+
+INVALID = Path(__file__).parent.parent / "fixtures" / "inventory" / "invalid"
+
+
+def test_check_ok(example_inventory_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["-i", str(example_inventory_path), "inventory", "check"]) == 0
+    assert ": OK (spark-a (head), spark-b; profile qwen3-235b;" in capsys.readouterr().out
+
+
+def test_check_bad_inventory_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["-i", str(INVALID / "mtu-too-big.yaml"), "inventory", "check"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: ") and "cluster.mtu: got 9500" in err
+
+
+def test_missing_inventory_names_the_fix(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SPARKPAIR_INVENTORY", raising=False)
+    assert main(["inventory", "check"]) == 2
+    assert "inventory.yaml: no such file; copy inventory.example.yaml" in capsys.readouterr().err
+
+
+def test_show_json_has_defaults_and_resolved_profiles(example_inventory_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["-i", str(example_inventory_path), "inventory", "show", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["nodes"][1]["port"] == 22 and data["container"]["mpi_transport"] == "exec"
+    assert data["models"]["qwen3-235b"]["draft"] == "nvidia/Qwen3-235B-A22B-Eagle3"
+
+
+def test_schema_is_json_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["inventory", "schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["type"] == "object" and "nodes" in schema["required"]
+
+
+def test_render_writes_files(example_inventory_path: Path, tmp_path: Path) -> None:
+    assert main(["-i", str(example_inventory_path), "render", "qwen3-235b", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "spark-b" / "40-sparkpair-cx7.yaml").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "qwen3-235b" / "launch.sh").read_text().startswith("#!/usr/bin/env bash")
+
+
+def test_render_unknown_profile_is_usage_error(example_inventory_path: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["-i", str(example_inventory_path), "render", "nope", "--out", str(tmp_path)]) == 2
+    assert "no profile 'nope'" in capsys.readouterr().err
+
+
+def test_unknown_command_and_option_are_usage_errors() -> None:
+    assert main(["frobnicate"]) == 2
+    assert main(["inventory", "check", "--nope"]) == 2
+
+
+def test_version() -> None:
+    result = subprocess.run([sys.executable, "-m", "sparkpair", "--version"], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.startswith("sparkpair, version ")
+
+
+def test_help_imports_no_transport_library() -> None:
+    code = ("import sys; from sparkpair.cli import main; main(['--help']);"
+            "heavy = [m for m in ('fabric', 'paramiko', 'docker', 'pydantic', 'jinja2') if m in sys.modules];"
+            "print(heavy)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip().endswith("[]"), result.stdout
