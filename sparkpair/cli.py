@@ -40,6 +40,14 @@ class App:
             self._inventory = read_inventory(self.inventory_path)
         return self._inventory
 
+    def pair(self, **options: Any) -> Any:
+        """Connections to both nodes (opened lazily); `-vv` traces every remote command."""
+        from sparkpair import report
+        from sparkpair.transport import Pair
+
+        trace = (lambda node, text: report.note(f"{node}$ {text}")) if self.verbose >= 2 else None
+        return Pair(self.inventory, trace=trace, **options)
+
 
 pass_app = click.make_pass_decorator(App)
 
@@ -112,6 +120,58 @@ def render_cmd(app: App, profile: str | None, out_dir: Path) -> None:
     name = _known_profile(inv, profile)
     files = render.render_all(inv, name, app.inventory_path)
     report.written_files(out_dir, render.write_files(files, out_dir))
+
+
+@cli.command("setup-network")
+@click.option("--dry-run", is_flag=True, help="Show the plan and diffs; change nothing.")
+@click.option("-y", "--yes", is_flag=True, help="Apply without asking.")
+@click.option("--restore", is_flag=True, help="Return both nodes to the state before the last apply.")
+@click.option("--skip-ssh", is_flag=True, help="Only the network; leave SSH trust between the nodes alone.")
+@click.option("--replace", is_flag=True, help="Take over QSFP stanzas from other netplan files (backed up).")
+@click.option("--accept-new-host-keys", is_flag=True, help="Record unknown host keys of the nodes (first contact).")
+@pass_app
+def setup_network_cmd(app: App, dry_run: bool, yes: bool, restore: bool, skip_ssh: bool, replace: bool,
+                      accept_new_host_keys: bool) -> int:
+    """Address the QSFP twins with netplan (MTU included), exchange SSH keys, verify both ways."""
+    from sparkpair.setup_network import Options, setup_network
+
+    options = Options(dry_run=dry_run, yes=yes, restore=restore, skip_ssh=skip_ssh, replace=replace)
+    with app.pair(accept_new_host_keys=accept_new_host_keys) as pair:
+        return setup_network(pair, app.inventory, options)
+
+
+@cli.command("doctor")
+@click.argument("profile", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Findings as JSON.")
+@click.option("--deep", is_flag=True, help="Also run MPI across both nodes inside the engine container.")
+@click.option("--only", metavar="ID,..", help="Only these check ids or groups (e.g. links,path).")
+@click.option("--timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
+              help="Seconds for connecting and for each node's probes.")
+@pass_app
+def doctor_cmd(app: App, profile: str | None, as_json: bool, deep: bool, only: str | None, timeout: float) -> int:
+    """Read-only preflight: every known failure of a Spark pair, each with its fix. Exit 1 on any FAIL."""
+    import time
+
+    from sparkpair import report
+    from sparkpair.checks import Status
+    from sparkpair.checks.doctor import doctor
+
+    inv = app.inventory
+    name = _known_profile(inv, profile)
+    start = time.monotonic()
+    with app.pair(connect_timeout=min(timeout, 30.0)) as pair:
+        findings = doctor(pair, inv, name, _split(only), timeout=timeout, deep=deep)
+    elapsed = time.monotonic() - start
+    if as_json:
+        report.emit_json({"profile": name, "elapsed_s": round(elapsed, 2),
+                          "findings": [f.as_dict() for f in findings]})
+    else:
+        report.findings(findings, elapsed)
+    return 1 if any(f.status is Status.FAIL for f in findings) else 0
+
+
+def _split(value: str | None) -> set[str] | None:
+    return {part.strip() for part in value.split(",") if part.strip()} if value else None
 
 
 def _known_profile(inv: Any, name: str | None) -> str:

@@ -17,7 +17,10 @@ from rich.markup import escape
 
 @cache
 def out() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    console = Console(highlight=False, soft_wrap=True)
+    if not console.is_terminal:  # piped or captured: wide lines beat a table folded to 80 columns
+        console.width = 160
+    return console
 
 
 @cache
@@ -66,3 +69,78 @@ def written_files(out_dir: Path, paths: list[Path]) -> None:
     line(f"wrote {len(paths)} files under {out_dir}:")
     for path in paths:
         line(f"  {path.relative_to(out_dir)}")
+
+
+def diff(text: str) -> None:
+    """A unified diff, coloured, indented under its change."""
+    colours = {"+": "green", "-": "red", "@": "cyan"}
+    for raw in text.splitlines():
+        colour = colours.get(raw[:1]) if not raw.startswith(("+++", "---")) else "bold"
+        out().print(f"    [{colour}]{escape(raw)}[/]" if colour else f"    {escape(raw)}")
+
+
+def plan(changes: list[Any], refusals: list[str], show_diffs: bool = True) -> None:
+    """What a command would change, node by node, with diffs; refusals as errors."""
+    error_lines(refusals)
+    if not changes:
+        if not refusals:
+            line("nothing to change on either node")
+        return
+    for node in dict.fromkeys(change.node for change in changes):
+        line(f"{node}:")
+        for change in (c for c in changes if c.node == node):
+            line(f"  * {change.summary}")
+            if show_diffs and change.diff:
+                diff(change.diff)
+
+
+def progress(node: str, text: str) -> None:
+    note(f"{node}: {text}")
+
+
+def outcomes(results: dict[str, Any], states: dict[str, str] | None = None) -> None:
+    """What an apply did on each node, and the state each node is left in."""
+    for node, outcome in results.items():
+        if outcome.ok:
+            note(f"{node}: applied {len(outcome.applied)} change(s)")
+            continue
+        if outcome.applied:
+            note(f"{node}: applied: {'; '.join(outcome.applied)}")
+        if outcome.failed:
+            error_lines([f"{node}: {outcome.failed_change or 'apply'} failed: {outcome.failed}"])
+        if outcome.not_started:
+            note(f"{node}: not started{' (interrupted)' if outcome.interrupted else ''}: "
+                 f"{'; '.join(outcome.not_started)}")
+    for node, state in (states or {}).items():
+        note(f"{node}: now {state}")
+
+
+def confirm(question: str) -> bool:
+    from rich.prompt import Confirm
+
+    return Confirm.ask(question, console=err(), default=False)
+
+
+STATUS_STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
+
+
+def findings(items: list[Any], elapsed: float | None = None) -> None:
+    """Doctor findings as one table per node (then the pair), and a summary line."""
+    from rich.table import Table
+
+    order = list(dict.fromkeys([f.node for f in items if f.node != "pair"] + ["pair"]))
+    for node in order:
+        rows = [f for f in items if f.node == node]
+        if not rows:
+            continue
+        table = Table(title=node, title_justify="left", show_lines=False, expand=False)
+        for column in ("check", "status", "detail", "fix"):
+            table.add_column(column, overflow="fold")
+        for finding in rows:
+            status = finding.status.value
+            table.add_row(finding.check, f"[{STATUS_STYLE[status]}]{status}[/]", escape(finding.detail),
+                          escape(finding.fix))
+        out().print(table)
+    counts = {s: sum(1 for f in items if f.status.value == s) for s in STATUS_STYLE}
+    timing = f" in {elapsed:.1f} s" if elapsed is not None else ""
+    line(f"{counts['FAIL']} FAIL, {counts['WARN']} WARN, {counts['OK']} OK, {counts['SKIP']} SKIP{timing}")

@@ -1,0 +1,120 @@
+"""doctor: read-only preflight of everything a launch needs; each finding carries its fix.
+
+Each node gets one SSH connection and one batched probe round (plus a short clock round trip);
+both nodes are probed at once. Check functions are pure: facts in, findings out. An unreachable
+node turns into FAIL rows for that node while the other node is still checked.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkpair.inventory import Inventory
+
+RUNBOOK = "docs/runbooks.md"
+
+
+class Status(str, enum.Enum):
+    OK = "OK"
+    WARN = "WARN"
+    FAIL = "FAIL"
+    SKIP = "SKIP"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check's verdict on one node (or on the pair): what was measured, and the fix."""
+
+    check: str
+    node: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return {"check": self.check, "node": self.node, "status": self.status.value, "detail": self.detail,
+                "fix": self.fix}
+
+
+def runbook(check: str) -> str:
+    """The runbook anchor of a check id (docs/runbooks.md has one section per id)."""
+    return f"{RUNBOOK}#{check.replace('.', '-')}"
+
+
+def ok(check: str, node: str, detail: str) -> Finding:
+    return Finding(check, node, Status.OK, detail)
+
+
+def warn(check: str, node: str, detail: str, fix: str = "") -> Finding:
+    return Finding(check, node, Status.WARN, detail, fix or runbook(check))
+
+
+def fail(check: str, node: str, detail: str, fix: str = "") -> Finding:
+    return Finding(check, node, Status.FAIL, detail, fix or runbook(check))
+
+
+def skip(check: str, node: str, detail: str) -> Finding:
+    return Finding(check, node, Status.SKIP, detail)
+
+
+@dataclass
+class Facts:
+    """Everything doctor learned: per node probe facts, connection errors, and operator-side facts."""
+
+    inventory: Inventory
+    profile: str
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unreachable: dict[str, str] = field(default_factory=dict)
+    clock_offsets: dict[str, float] = field(default_factory=dict)
+    operator_token: bool = False
+
+    def reachable(self) -> list[str]:
+        return [name for name in self.nodes if name not in self.unreachable]
+
+
+CheckFunction = Callable[[Facts], Iterable[Finding]]
+
+
+def selected(check: str, only: set[str] | None) -> bool:
+    """Whether a check id is chosen by --only (an id or an id prefix such as `links`)."""
+    return not only or any(check == o or check.startswith(f"{o}.") for o in only)
+
+
+def run_checks(facts: Facts, checks: Iterable[tuple[str, CheckFunction]], only: set[str] | None = None) -> list[Finding]:
+    """Every check over the facts, filtered by --only; a crashing check becomes a FAIL, not a crash."""
+    findings: list[Finding] = []
+    for check_id, function in checks:
+        try:
+            findings += list(function(facts))
+        except Exception as error:  # noqa: BLE001 (a buggy check must not hide the others)
+            findings.append(fail(check_id, "pair", f"check crashed: {type(error).__name__}: {error}",
+                                 "report this as a sparkpair bug"))
+    return [finding for finding in findings if selected(finding.check, only)]
+
+
+def worst(findings: Iterable[Finding]) -> Status:
+    statuses = {f.status for f in findings}
+    for status in (Status.FAIL, Status.WARN, Status.OK):
+        if status in statuses:
+            return status
+    return Status.SKIP
+
+
+def elapsed_since(start: float) -> float:
+    return round(time.monotonic() - start, 2)
+
+
+def per_node(facts: Facts, check: str, key: str | None = None) -> Iterable[tuple[str, Any]]:
+    """(node, fact) for each reachable node; unreachable nodes get a SKIP row (their FAIL is reach.ssh)."""
+    for name in facts.nodes:
+        if name in facts.unreachable:
+            continue
+        yield name, (facts.nodes[name].get(key) if key else facts.nodes[name])
+
+
+def unreachable_skips(facts: Facts, check: str) -> list[Finding]:
+    return [skip(check, name, "node unreachable") for name in facts.unreachable]

@@ -1,0 +1,31 @@
+"""Every doctor check, in report order, and which of them a launch cannot start without."""
+
+from __future__ import annotations
+
+from sparkpair.checks import CheckFunction, engine, links, node
+
+CHECKS: list[tuple[str, CheckFunction]] = [
+    ("inventory", node.check_inventory),
+    ("reach", node.check_reach),
+    ("platform", node.check_platform),
+    ("links", links.check_links),
+    ("links", links.check_pair_links),
+    ("path", links.check_path),
+    ("trust", links.check_trust),
+    ("docker", engine.check_docker),
+    ("docker.container", engine.check_container),
+    ("ports", engine.check_ports),
+    ("models", engine.check_models),
+    ("memory", node.check_memory),
+    ("clock", node.check_clock),
+]
+
+# A FAIL in any of these stops `sparkpair launch` before it touches a node. Left out: findings
+# launch itself resolves (missing or unsynced models, a stale container of its own).
+LAUNCH_CRITICAL = ("reach", "platform.gpu", "links.present", "links.carrier", "links.address", "links.mtu",
+                   "links.mtu-match", "links.crossed", "path", "trust", "docker.daemon", "docker.group",
+                   "docker.image", "docker.image-match", "ports", "models.writable", "models.disk", "memory")
+
+
+def is_launch_critical(check: str) -> bool:
+    return any(check == c or check.startswith(f"{c}.") for c in LAUNCH_CRITICAL)

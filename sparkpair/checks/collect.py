@@ -1,0 +1,76 @@
+"""Gather doctor's facts: one batched probe round per node, both nodes at once, plus the clock."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sparkpair import probes, recipe
+from sparkpair.checks import Facts
+from sparkpair.errors import SparkpairError
+from sparkpair.inventory import Inventory, Node
+from sparkpair.probes import Probe, docker, host, models, net
+from sparkpair.transport import NodeConnection, Pair, Shell
+
+
+
+def _parse_yes(text: str) -> bool:
+    return text.strip() == "yes"
+
+
+TOKEN_ON_NODE = Probe("token_on_node", Shell(f'test -s "$HOME/{recipe.NODE_SECRETS_DIR}/hf_token" && echo yes || echo no'),
+                      _parse_yes)
+
+
+def crossing(node: Node, peer: Node) -> Probe[dict[tuple[str, str], str]]:
+    """Ping each peer twin out of the matching local twin, then read which MAC answered."""
+    pings = "; ".join(f"ping -n -c 1 -W 1 -I {name} {peer.links[name].ip} >/dev/null 2>&1" for name in node.links)
+    return Probe("neighbors", Shell.compose([Shell(pings), net.NEIGHBORS.command]), net.parse_neighbors)
+
+
+def node_probes(inventory: Inventory, node: Node, profile: str) -> list[Probe[Any]]:
+    """Every probe doctor runs on one node (one round trip)."""
+    peer = inventory.peer_of(node)
+    cache = inventory.container.hf_cache
+    batch: list[Probe[Any]] = [
+        host.IDENTITY, host.SUDO, host.DGX_RELEASE, host.GPUS, host.MEMINFO, host.LISTENERS,
+        net.INTERFACES, net.NETPLAN_FILES, net.RDMA_DEVICES, crossing(node, peer),
+        docker.DOCKER_INFO, docker.image_id(inventory.container.image), docker.container(inventory.container.name),
+        models.cache_access(cache), host.free_bytes(cache),
+        TOKEN_ON_NODE,
+    ]
+    for name in node.links:
+        target = str(peer.links[name].ip)
+        batch += [net.ethtool(name), net.ping(name, target), net.ping(name, target, inventory.cluster.mtu - 28),
+                  net.ssh_batch(target)]
+    batch += [models.manifest(cache, repo) for repo in inventory.profile(profile).repos]
+    return batch
+
+
+def clock_offset(connection: NodeConnection) -> float:
+    """The node's clock minus this machine's, measured around one short round trip."""
+    before = time.time()
+    remote = float(connection.check(Shell("date +%s.%N")).strip())
+    after = time.time()
+    return remote - (before + after) / 2
+
+
+def collect(pair: Pair, inventory: Inventory, profile: str, timeout: float) -> Facts:
+    """Facts from both nodes in parallel; an unreachable node is recorded, not raised."""
+    facts = Facts(inventory, profile)
+
+    def gather(connection: NodeConnection) -> tuple[dict[str, Any], float]:
+        connection.connect()
+        gathered = probes.gather(connection, node_probes(inventory, connection.node, profile), timeout=timeout)
+        return gathered, clock_offset(connection)
+
+    for name, result in pair.each(gather).items():
+        if isinstance(result, SparkpairError):
+            facts.unreachable[name] = " ".join(result.lines())
+            facts.nodes[name] = {}
+        elif isinstance(result, BaseException):
+            facts.unreachable[name] = f"{type(result).__name__}: {result}"
+            facts.nodes[name] = {}
+        else:
+            facts.nodes[name], facts.clock_offsets[name] = result
+    return facts

@@ -1,0 +1,174 @@
+"""Checks of the QSFP link: twins, carrier, speed, addressing, MTU, RoCE, cabling, path and trust."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import yaml
+
+from sparkpair.checks import Facts, Finding, fail, ok, per_node, skip, unreachable_skips, warn
+from sparkpair.probes import ProbeFailure
+
+SPEED = 200000
+SETUP = "sparkpair setup-network"
+
+
+def _interfaces(facts: Facts, name: str) -> dict:
+    value = facts.nodes[name].get("interfaces")
+    return {} if isinstance(value, ProbeFailure) or value is None else value
+
+
+def check_links(facts: Facts) -> Iterable[Finding]:
+    """Proves each twin exists, has carrier at 200 Gb/s, the inventory address and MTU, set persistently."""
+    mtu = facts.inventory.cluster.mtu
+    for check in ("links.present", "links.carrier", "links.speed", "links.address", "links.mtu", "links.persistent"):
+        yield from unreachable_skips(facts, check)
+    for name, node_facts in per_node(facts, "links"):
+        node = facts.inventory.node(name)
+        interfaces = _interfaces(facts, name)
+        for twin, address in node.links.items():
+            where = f"{twin}"
+            interface = interfaces.get(twin)
+            if interface is None:
+                yield fail("links.present", name, f"{twin} does not exist", "fix nodes[].links or check `ip link`")
+                continue
+            yield ok("links.present", name, where)
+            if interface.carrier:
+                yield ok("links.carrier", name, f"{twin} has carrier")
+            else:
+                state = "admin down" if not interface.admin_up else "no carrier"
+                fix = SETUP if not interface.admin_up else f"reseat the QSFP cable of {twin} on {name} (same port on both Sparks)"
+                yield fail("links.carrier", name, f"{twin}: {state}", fix)
+            yield _speed(name, twin, node_facts.get(f"ethtool {twin}"), interface.carrier)
+            if str(address) in interface.ipv4:
+                others = [a for a in interface.ipv4 if a != str(address)]
+                yield (warn("links.address", name, f"{twin} has {address} and also {', '.join(others)}", SETUP)
+                       if others else ok("links.address", name, f"{twin} {address}"))
+            else:
+                yield fail("links.address", name, f"{twin} has {', '.join(interface.ipv4) or 'no address'}, "
+                                                  f"inventory says {address}", SETUP)
+            yield (ok("links.mtu", name, f"{twin} mtu {interface.mtu}") if interface.mtu == mtu else
+                   fail("links.mtu", name, f"{twin} mtu {interface.mtu}, inventory says {mtu}", SETUP))
+            yield _persistence(name, twin, str(address), interface, node_facts.get("netplan_files"))
+
+
+def _speed(name: str, twin: str, ethtool: object, carrier: bool) -> Finding:
+    if isinstance(ethtool, ProbeFailure) or ethtool is None:
+        return warn("links.speed", name, f"{twin}: ethtool unavailable ({ethtool})", "sudo apt install ethtool")
+    if not carrier:
+        return skip("links.speed", name, f"{twin}: no carrier")
+    if ethtool.speed_mbps == SPEED:
+        return ok("links.speed", name, f"{twin} 200000Mb/s")
+    return warn("links.speed", name, f"{twin} at {ethtool.speed_mbps}Mb/s, not 200000Mb/s",
+                "use a 200G QSFP56 cable, cabled to the same port on both Sparks")
+
+
+def _persistence(name: str, twin: str, address: str, interface: object, netplan_files: object) -> Finding:
+    if address not in interface.ipv4:  # type: ignore[attr-defined]
+        return skip("links.persistent", name, f"{twin}: address not set")
+    if any(a.dynamic for a in interface.addresses if str(a) == address):  # type: ignore[attr-defined]
+        return warn("links.persistent", name, f"{twin} {address} is a DHCP lease", SETUP)
+    if isinstance(netplan_files, ProbeFailure) or netplan_files is None:
+        return skip("links.persistent", name, f"cannot read /etc/netplan ({netplan_files})")
+    owners = [path for path, f in netplan_files.items() if address in _netplan_addresses(f.content, twin)]
+    if owners:
+        return ok("links.persistent", name, f"{twin} {address} from {owners[0]}")
+    return warn("links.persistent", name, f"{twin} {address} is not in any netplan file: lost at reboot", SETUP)
+
+
+def _netplan_addresses(content: str, twin: str) -> list[str]:
+    try:
+        document = yaml.safe_load(content) or {}
+        stanza = document["network"]["ethernets"][twin]
+        return [str(a) for a in stanza.get("addresses", [])]
+    except (yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return []
+
+
+def check_pair_links(facts: Facts) -> Iterable[Finding]:
+    """Proves equal MTU on both ends, RoCE devices Up, and cables not crossed between twins."""
+    for name, devices in per_node(facts, "links.rdma", "rdma_devices"):
+        node = facts.inventory.node(name)
+        for twin in node.links:
+            if isinstance(devices, ProbeFailure):
+                yield warn("links.rdma", name, f"ibdev2netdev failed ({devices})", "install rdma-core / DOCA-OFED")
+            elif twin not in devices:
+                yield fail("links.rdma", name, f"{twin} has no RoCE device")
+            else:
+                rdma, up = devices[twin]
+                yield (ok("links.rdma", name, f"{rdma} ==> {twin} (Up)") if up else
+                       fail("links.rdma", name, f"{rdma} ==> {twin} (Down)", f"check the cable of {twin} on {name}"))
+    if len(facts.reachable()) < 2:
+        yield skip("links.mtu-match", "pair", "needs both nodes")
+        yield skip("links.crossed", "pair", "needs both nodes")
+        return
+    yield from _mtu_match(facts)
+    yield from _crossing(facts)
+
+
+def _mtu_match(facts: Facts) -> Iterable[Finding]:
+    head, worker = facts.inventory.nodes
+    for twin in head.links:
+        a, b = _interfaces(facts, head.name).get(twin), _interfaces(facts, worker.name).get(twin)
+        if a is None or b is None:
+            yield skip("links.mtu-match", "pair", f"{twin} missing on a node")
+        elif a.mtu == b.mtu:
+            yield ok("links.mtu-match", "pair", f"{twin} mtu {a.mtu} on both")
+        else:
+            yield fail("links.mtu-match", "pair", f"{twin} mtu {a.mtu} on {head.name}, {b.mtu} on {worker.name}", SETUP)
+
+
+def _crossing(facts: Facts) -> Iterable[Finding]:
+    """Each twin's neighbour answering for the peer twin's address must be that same twin."""
+    for node in facts.inventory.nodes:
+        peer = facts.inventory.peer_of(node)
+        neighbors = facts.nodes[node.name].get("neighbors")
+        peer_macs = {i.mac: n for n, i in _interfaces(facts, peer.name).items()}
+        for twin in node.links:
+            mac = None if isinstance(neighbors, ProbeFailure) or neighbors is None else \
+                neighbors.get((twin, str(peer.links[twin].ip)))
+            if mac is None:
+                yield skip("links.crossed", node.name, f"{twin}: no answer from {peer.name} (see path.ping)")
+            elif peer_macs.get(mac) == twin:
+                yield ok("links.crossed", node.name, f"{twin} is cabled to {peer.name}'s {twin}")
+            else:
+                yield fail("links.crossed", node.name,
+                           f"{twin} reaches {peer.name}'s {peer_macs.get(mac, 'unknown interface ' + mac)}, "
+                           f"not its {twin}: cables crossed between twins",
+                           "swap the QSFP cables (or the interface names in nodes[].links) so twin meets twin")
+
+
+def check_path(facts: Facts) -> Iterable[Finding]:
+    """Proves each peer twin answers pings, and full-MTU pings pass with don't-fragment set."""
+    size = facts.inventory.cluster.mtu - 28
+    for check in ("path.ping", "path.mtu"):
+        yield from unreachable_skips(facts, check)
+    for name, node_facts in per_node(facts, "path"):
+        peer = facts.inventory.peer_of(facts.inventory.node(name))
+        for twin in facts.inventory.node(name).links:
+            target = str(peer.links[twin].ip)
+            plain, full = node_facts.get(f"ping {twin} {target}"), node_facts.get(f"ping {twin} {target} df{size}")
+            if isinstance(plain, ProbeFailure) or not plain or not plain.ok:
+                yield fail("path.ping", name, f"{twin} -> {target}: no reply ({plain})",
+                           f"check links.* rows; then {SETUP}")
+                yield skip("path.mtu", name, f"{twin} -> {target}: no plain reply")
+                continue
+            yield ok("path.ping", name, f"{twin} -> {target}: {plain.avg_ms} ms")
+            yield (ok("path.mtu", name, f"{twin} -> {target}: {size + 28}-byte packets pass unfragmented")
+                   if not isinstance(full, ProbeFailure) and full and full.ok else
+                   fail("path.mtu", name, f"{twin} -> {target}: {size + 28}-byte don't-fragment pings fail "
+                                          "(MTU differs somewhere on the path)", SETUP))
+
+
+def check_trust(facts: Facts) -> Iterable[Finding]:
+    """Proves ssh -o BatchMode=yes works from each node to every QSFP address of the other."""
+    yield from unreachable_skips(facts, "trust.ssh")
+    for name, node_facts in per_node(facts, "trust"):
+        peer = facts.inventory.peer_of(facts.inventory.node(name))
+        for address in (str(a.ip) for a in peer.links.values()):
+            result = node_facts.get(f"ssh {address}")
+            if isinstance(result, ProbeFailure):
+                last = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else str(result)
+                yield fail("trust.ssh", name, f"ssh {address}: {last}", SETUP)
+            else:
+                yield ok("trust.ssh", name, f"ssh {address} -> {result}")

@@ -1,0 +1,122 @@
+"""Checks of the nodes themselves: inventory, reach, platform, memory, clock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sparkpair.checks import Facts, Finding, fail, ok, per_node, skip, unreachable_skips, warn
+from sparkpair.probes import ProbeFailure
+
+GIB = 1024 ** 3
+
+
+def check_inventory(facts: Facts) -> Iterable[Finding]:
+    """Proves the inventory parsed; warns where a node's twins share one subnet."""
+    inventory = facts.inventory
+    yield ok("inventory.valid", "pair", f"{inventory.head.name} (head), {inventory.worker.name}; profile {facts.profile}")
+    for node in inventory.nodes:
+        networks = [address.network for address in node.links.values()]
+        if len(set(networks)) < len(networks):
+            yield warn("inventory.twin-subnets", node.name,
+                       f"{', '.join(node.links)} share {networks[0]}: two interfaces in one subnet cause routing "
+                       "ambiguity and NCCL failures (NVIDIA multi-sparks guidance)",
+                       "give each twin its own subnet in nodes[].links, e.g. 192.168.100.x/24 and 192.168.101.x/24")
+
+
+def check_reach(facts: Facts) -> Iterable[Finding]:
+    """Proves SSH with a verified host key, non-interactive sudo, and the same user and uid on both."""
+    cluster = facts.inventory.cluster
+    for node in facts.inventory.nodes:
+        if node.name in facts.unreachable:
+            yield fail("reach.ssh", node.name, facts.unreachable[node.name])
+        else:
+            yield ok("reach.ssh", node.name, f"{cluster.user}@{node.host}:{node.port}, host key verified")
+    for name, sudo in per_node(facts, "reach.sudo", "sudo"):
+        yield (ok("reach.sudo", name, "sudo -n works") if sudo is True else
+               fail("reach.sudo", name, "sudo asks for a password (setup-network and launch need sudo -n)",
+                    f"echo '{cluster.user} ALL=(ALL) NOPASSWD:ALL' | sudo tee /etc/sudoers.d/sparkpair"))
+    identities = {name: value for name, value in per_node(facts, "reach.same-user", "identity")
+                  if not isinstance(value, ProbeFailure)}
+    if len(identities) == 2:
+        (a, ida), (b, idb) = identities.items()
+        same = (ida.user, ida.uid) == (idb.user, idb.uid)
+        detail = f"{a}: {ida.user} uid {ida.uid}; {b}: {idb.user} uid {idb.uid}"
+        yield ok("reach.same-user", "pair", detail) if same else \
+            fail("reach.same-user", "pair", detail + " (mpirun and shared files need the same user and uid)")
+
+
+def check_platform(facts: Facts) -> Iterable[Finding]:
+    """Proves DGX OS, a visible GPU on each node, and the same driver on both."""
+    for name, release in per_node(facts, "platform.dgx-os", "dgx_release"):
+        if isinstance(release, ProbeFailure) or "Spark" not in release.get("DGX_NAME", ""):
+            yield warn("platform.dgx-os", name, "no DGX Spark /etc/dgx-release; sparkpair is made for DGX OS on Spark")
+        else:
+            yield ok("platform.dgx-os", name, f"{release.get('DGX_PRETTY_NAME') or release['DGX_NAME']} "
+                                              f"{release.get('DGX_SWBUILD_VERSION', '')}".strip())
+    drivers = {}
+    for name, gpus in per_node(facts, "platform.gpu", "gpus"):
+        if isinstance(gpus, ProbeFailure) or not gpus:
+            yield fail("platform.gpu", name, f"no GPU visible ({gpus or 'nvidia-smi lists none'})")
+        else:
+            drivers[name] = gpus[0].driver
+            yield ok("platform.gpu", name, f"{gpus[0].name}, driver {gpus[0].driver}")
+    if len(drivers) == 2:
+        detail = ", ".join(f"{n}: {d}" for n, d in drivers.items())
+        yield ok("platform.driver-match", "pair", detail) if len(set(drivers.values())) == 1 else \
+            fail("platform.driver-match", "pair", f"different NVIDIA drivers ({detail})")
+    else:
+        yield skip("platform.driver-match", "pair", "needs a GPU reading from both nodes")
+
+
+def check_memory(facts: Facts) -> Iterable[Finding]:
+    """Proves MemAvailable covers the node's weight shard, the draft and KV headroom."""
+    profile = facts.inventory.profile(facts.profile)
+    nodes = [n.name for n in facts.inventory.nodes] if profile.is_pair else [facts.inventory.head.name]
+    yield from unreachable_skips(facts, "memory.available")
+    for name, meminfo in per_node(facts, "memory.available", "meminfo"):
+        if name not in nodes:
+            continue
+        if isinstance(meminfo, ProbeFailure):
+            yield fail("memory.available", name, str(meminfo))
+            continue
+        need = needed_gib(facts, name)
+        available, free = meminfo.get("MemAvailable", 0) * 1024 / GIB, meminfo.get("MemFree", 0) * 1024 / GIB
+        detail = f"MemAvailable {available:.1f} GiB, MemFree {free:.1f} GiB, needs {need:.1f} GiB"
+        if available < need:
+            yield fail("memory.available", name, detail + " (stop other GPU work or pick a smaller profile)")
+        elif free < need:
+            yield warn("memory.available", name, detail + ": the page cache holds the difference and the GPU "
+                       "sees MemFree on unified memory", "sudo sh -c 'sync; echo 3 > /proc/sys/vm/drop_caches'")
+        else:
+            yield ok("memory.available", name, detail)
+
+
+def needed_gib(facts: Facts, name: str) -> float:
+    """The node's need: real model sizes from its cache when complete, else the profile's estimates."""
+    profile = facts.inventory.profile(facts.profile)
+    sizes = []
+    for repo, estimate in ((profile.target, profile.target_gib), (profile.draft, profile.draft_gib)):
+        if repo is None:
+            continue
+        manifest = facts.nodes.get(name, {}).get(f"model {repo}")
+        complete = manifest is not None and not isinstance(manifest, ProbeFailure) and manifest.complete
+        sizes.append(manifest.size / GIB if complete else estimate)
+    target = sizes[0] / profile.tp_size if sizes else 0.0
+    return target + sum(sizes[1:]) + profile.headroom_gib
+
+
+def check_clock(facts: Facts) -> Iterable[Finding]:
+    """Proves the nodes' clocks agree (TLS, logs and token expiry need it)."""
+    if len(facts.clock_offsets) < 2:
+        yield skip("clock.skew", "pair", "needs both nodes")
+        return
+    a, b = facts.clock_offsets.values()
+    skew = abs(a - b)
+    detail = f"{skew:.2f} s between the nodes"
+    fix = "sudo timedatectl set-ntp true (on both nodes)"
+    if skew < 1:
+        yield ok("clock.skew", "pair", detail)
+    elif skew < 30:
+        yield warn("clock.skew", "pair", detail, fix)
+    else:
+        yield fail("clock.skew", "pair", detail + " (image pulls fail: validating Root CA Certificate)", fix)

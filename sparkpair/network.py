@@ -1,0 +1,230 @@
+"""setup-network: netplan for the QSFP twins, planned from probes, applied, verified, rolled back.
+
+`plan_network` is pure (facts in, changes or refusals out) so it is tested from captured probe
+output. Applying goes through the generic `steps` executor; verification probes both nodes until
+the link works or a deadline passes, and a failed verification restores both nodes.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from sparkpair import probes, render, steps
+from sparkpair.inventory import Inventory, Node
+from sparkpair.probes import ProbeFailure, host, net
+from sparkpair.transport import NodeConnection, Pair, Shell
+
+NETPLAN_PATH = f"/etc/netplan/{render.NETPLAN_FILE}"
+JOURNAL = "network"
+PLAN_PROBES = [net.INTERFACES, net.DEFAULT_ROUTES, net.SSH_SESSION, net.NETPLAN_FILES, host.SUDO]
+APPLY_NETPLAN = steps.RunCommand(Shell("netplan generate && netplan apply"), sudo=True)
+
+
+@dataclass
+class NetworkPlan:
+    """What setup-network would change on each node, or why it refuses to."""
+
+    changes: list[steps.Change] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+
+
+def probe_nodes(pair: Pair) -> dict[str, dict[str, Any]]:
+    """The facts planning needs, from both nodes at once (one round trip each)."""
+    results = pair.each(lambda connection: probes.gather(connection, PLAN_PROBES))
+    for result in results.values():
+        if isinstance(result, BaseException):
+            raise result
+    return results  # type: ignore[return-value]
+
+
+def plan_network(inventory: Inventory, facts: dict[str, dict[str, Any]], replace: bool = False) -> NetworkPlan:
+    """Changes that make both nodes' QSFP twins match the inventory; refusals when unsafe."""
+    plan = NetworkPlan()
+    for node in inventory.nodes:
+        node_facts = facts[node.name]
+        refusals = _refusals(inventory, node, node_facts, replace)
+        if refusals:
+            plan.refusals += refusals
+            continue
+        plan.changes += _node_changes(inventory, node, node_facts)
+    return plan
+
+
+def _refusals(inventory: Inventory, node: Node, facts: dict[str, Any], replace: bool) -> list[str]:
+    failed = [f"{node.name}: cannot read {value}" for value in facts.values() if isinstance(value, ProbeFailure)]
+    if failed:
+        return failed
+    problems = []
+    if not facts["sudo"]:
+        problems.append(f"{node.name}: sudo asks for a password; sparkpair needs non-interactive sudo for netplan "
+                        f"(fix: echo '{inventory.cluster.user} ALL=(ALL) NOPASSWD:ALL' | sudo tee "
+                        "/etc/sudoers.d/sparkpair)")
+    interfaces = facts["interfaces"]
+    for name in node.links:
+        if name not in interfaces:
+            present = ", ".join(sorted(n for n in interfaces if n.startswith("en"))) or "none"
+            problems.append(f"{node.name}: no interface {name} (present: {present}); fix nodes[].links")
+    problems += _lockout_problems(node, interfaces, facts["default_routes"], facts["ssh_session"])
+    for path, netplan_file in sorted(facts["netplan_files"].items()):
+        overlap = sorted(netplan_file.interfaces & set(node.links))
+        if path != NETPLAN_PATH and overlap and not replace:
+            problems.append(f"{node.name}: {path} already configures {', '.join(overlap)}; refusing to fight it "
+                            "(fix: remove those stanzas, or rerun with --replace to take them over, keeping a backup)")
+    return problems
+
+
+def _lockout_problems(node: Node, interfaces: dict[str, net.Interface], routes: list[str], session: str) -> list[str]:
+    """The interface carrying this SSH session or the default route must never be touched."""
+    problems = []
+    session_interface = next((i.name for i in interfaces.values() if any(a.ip == session for a in i.addresses)), "")
+    for name in node.links:
+        if name == session_interface:
+            problems.append(f"{node.name}: {name} carries this SSH session ({session}); refusing to reconfigure it "
+                            "(lockout guard: fix nodes[].links or nodes[].host)")
+        if name in routes:
+            problems.append(f"{node.name}: {name} carries the default route; refusing to reconfigure it "
+                            "(lockout guard: fix nodes[].links)")
+    if session:
+        for name, address in node.links.items():
+            if ipaddress.ip_address(session) in address.network:
+                problems.append(f"{node.name}: {name}'s subnet {address.network} contains the management address "
+                                f"{session}; applying it would reroute this SSH session (fix: another subnet)")
+    return problems
+
+
+def _node_changes(inventory: Inventory, node: Node, facts: dict[str, Any]) -> list[steps.Change]:
+    wanted = render.netplan_file(inventory, node, "the inventory").content
+    files = facts["netplan_files"]
+    current = files.get(NETPLAN_PATH)
+    changes = [c for c in _takeovers(node, files) if c]
+    ours = steps.write_change(node.name, NETPLAN_PATH, current.content if current else None, wanted,
+                              mode=0o600, sudo=True)
+    changes += [ours] if ours else []
+    drift = live_drift(inventory, node, facts["interfaces"])
+    if changes or drift:
+        why = "files changed" if changes else "live state differs: " + "; ".join(drift)
+        changes.append(steps.Change(node.name, f"netplan generate && netplan apply ({why})", (APPLY_NETPLAN,)))
+    return changes
+
+
+def _takeovers(node: Node, files: dict[str, net.NetplanFile]) -> list[steps.Change | None]:
+    """With --replace: other files lose their stanzas for our twins (a file left empty is removed)."""
+    changes: list[steps.Change | None] = []
+    for path, netplan_file in sorted(files.items()):
+        overlap = netplan_file.interfaces & set(node.links)
+        if path == NETPLAN_PATH or not overlap:
+            continue
+        remaining = _without_interfaces(netplan_file.content, overlap)
+        if remaining is None:
+            changes.append(steps.Change(node.name, f"take over {path} (backed up, then removed)",
+                                        (steps.RemoveFile(path, sudo=True),), steps.file_diff(path, netplan_file.content, None)))
+        else:
+            changes.append(steps.write_change(node.name, path, netplan_file.content, remaining, mode=0o600, sudo=True,
+                                              summary=f"take {', '.join(sorted(overlap))} out of {path} (backed up)"))
+    return changes
+
+
+def _without_interfaces(content: str, names: set[str]) -> str | None:
+    """The netplan document without stanzas for names; None when nothing else is left."""
+    document = yaml.safe_load(content) or {}
+    network = document.get("network", {})
+    for kind in ("ethernets", "bonds", "bridges", "vlans"):
+        section = network.get(kind)
+        if isinstance(section, dict):
+            for name in names & set(section):
+                del section[name]
+            if not section:
+                del network[kind]
+    if not set(network) - {"version", "renderer"}:
+        return None
+    return "# Edited by sparkpair setup-network --replace (original backed up)\n" + yaml.safe_dump(document, sort_keys=False)
+
+
+def live_drift(inventory: Inventory, node: Node, interfaces: dict[str, net.Interface]) -> list[str]:
+    """How the kernel state of the twins differs from the inventory (empty: it matches)."""
+    drift = []
+    for name, address in node.links.items():
+        interface = interfaces.get(name)
+        if interface is None:
+            drift.append(f"{name} missing")
+            continue
+        if not interface.admin_up:
+            drift.append(f"{name} is down")
+        if interface.mtu != inventory.cluster.mtu:
+            drift.append(f"{name} mtu {interface.mtu}")
+        if str(address) not in interface.ipv4:
+            drift.append(f"{name} lacks {address}")
+        extra = [a for a in interface.ipv4 if a != str(address)]
+        if extra:
+            drift.append(f"{name} also has {', '.join(extra)}")
+    return drift
+
+
+def verification_probes(inventory: Inventory, node: Node) -> list[probes.Probe[Any]]:
+    """Interfaces plus, for each twin, a ping and a full-MTU don't-fragment ping to the peer's twin."""
+    peer = inventory.peer_of(node)
+    checks: list[probes.Probe[Any]] = [net.INTERFACES]
+    for name in node.links:
+        target = str(peer.links[name].ip)
+        checks += [net.ping(name, target), net.ping(name, target, inventory.cluster.mtu - 28)]
+    return checks
+
+
+def link_problems(inventory: Inventory, node: Node, facts: dict[str, Any]) -> list[str]:
+    """What is wrong with node's side of the link, from verification_probes facts."""
+    if isinstance(facts.get("interfaces"), ProbeFailure):
+        return [f"{node.name}: {facts['interfaces']}"]
+    problems = [f"{node.name}: {d}" for d in live_drift(inventory, node, facts["interfaces"])]
+    for name in node.links:
+        if name in facts["interfaces"] and not facts["interfaces"][name].carrier:
+            problems.append(f"{node.name}: {name} has no carrier (cable?)")
+    for key, value in facts.items():
+        if key.startswith("ping") and (isinstance(value, ProbeFailure) or not value.ok):
+            problems.append(f"{node.name}: {key.replace('df', 'mtu payload ')} failed"
+                            + (f" ({value})" if isinstance(value, ProbeFailure) else
+                               f" ({value.received}/{value.sent} replies)"))
+    return problems
+
+
+def verify_link(pair: Pair, inventory: Inventory, deadline_s: float = 20.0) -> list[str]:
+    """Poll both nodes until the link verifies or the deadline passes; the remaining problems."""
+    end = time.monotonic() + deadline_s
+    while True:
+        results = pair.each(lambda c: probes.gather(c, verification_probes(inventory, inventory.node(c.name))))
+        problems = []
+        for name, facts in results.items():
+            problems += ([f"{name}: {facts}"] if isinstance(facts, BaseException)
+                         else link_problems(inventory, inventory.node(name), facts))
+        if not problems or time.monotonic() >= end:
+            return problems
+        time.sleep(1.0)
+
+
+def roll_back(connection: NodeConnection) -> list[str]:
+    """Undo the last network apply on one node and re-apply netplan; what was done."""
+    journal = steps.read_journal(connection, JOURNAL)
+    if journal is None:
+        return ["nothing to restore"]
+    done = steps.restore(connection, journal)
+    connection.check(APPLY_NETPLAN.command, sudo=True)
+    return done + ["netplan generate && netplan apply"]
+
+
+def node_state(connection: NodeConnection, node: Node) -> str:
+    """One line describing a node's twins now (for reports after a failure)."""
+    facts = probes.gather(connection, [net.INTERFACES])
+    interfaces = facts["interfaces"]
+    if isinstance(interfaces, ProbeFailure):
+        return str(interfaces)
+    parts = []
+    for name in node.links:
+        interface = interfaces.get(name)
+        parts.append(f"{name} absent" if interface is None else
+                     f"{name} {'up' if interface.admin_up else 'down'} mtu {interface.mtu} "
+                     f"{','.join(interface.ipv4) or 'no address'}")
+    return "; ".join(parts)

@@ -1,0 +1,192 @@
+"""Network facts: interfaces and addresses, routes, neighbours, netplan files, RoCE devices, pings."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import yaml
+
+from sparkpair.probes import Probe
+from sparkpair.transport import Shell
+
+FILE_MARK = "\x1c"
+
+
+@dataclass(frozen=True)
+class Address:
+    """One address on an interface, as `ip -j addr` reports it."""
+
+    ip: str
+    prefixlen: int
+    family: str
+    dynamic: bool
+
+    def __str__(self) -> str:
+        return f"{self.ip}/{self.prefixlen}"
+
+
+@dataclass(frozen=True)
+class Interface:
+    """A network interface: link state, MTU, MAC and addresses."""
+
+    name: str
+    mac: str
+    mtu: int
+    admin_up: bool
+    carrier: bool
+    addresses: tuple[Address, ...]
+
+    @property
+    def ipv4(self) -> list[str]:
+        return [str(a) for a in self.addresses if a.family == "inet"]
+
+
+def parse_interfaces(text: str) -> dict[str, Interface]:
+    """Parse `ip -j addr show`.
+
+    Sample: [{"ifname":"enp1s0f1np1","flags":["BROADCAST","MULTICAST","UP","LOWER_UP"],"mtu":9000,
+    "operstate":"UP","address":"3c:6d:66:cc:b3:b7","addr_info":[{"family":"inet","local":"192.168.200.12",
+    "prefixlen":24,"scope":"global","valid_life_time":4294967295}]}]
+    """
+    interfaces = {}
+    for item in json.loads(text or "[]"):
+        flags = set(item.get("flags", []))
+        addresses = tuple(
+            Address(a["local"], int(a["prefixlen"]), a["family"], bool(a.get("dynamic")))
+            for a in item.get("addr_info", []) if "local" in a)
+        interfaces[item["ifname"]] = Interface(
+            name=item["ifname"], mac=item.get("address", ""), mtu=int(item.get("mtu", 0)),
+            admin_up="UP" in flags, carrier="LOWER_UP" in flags and "NO-CARRIER" not in flags,
+            addresses=addresses)
+    return interfaces
+
+
+def parse_default_routes(text: str) -> list[str]:
+    """Parse `ip -j route show default`: the interfaces default routes leave through."""
+    return [route["dev"] for route in json.loads(text or "[]") if "dev" in route]
+
+
+def parse_ssh_session(text: str) -> str:
+    """Parse $SSH_CONNECTION (`client_ip client_port server_ip server_port`): the server address."""
+    fields = text.split()
+    return fields[2] if len(fields) == 4 else ""
+
+
+def parse_neighbors(text: str) -> dict[tuple[str, str], str]:
+    """Parse `ip -j neigh show`: (interface, ip) -> MAC of the neighbour that answered."""
+    return {(n["dev"], n["dst"]): n["lladdr"] for n in json.loads(text or "[]") if "lladdr" in n and "dev" in n}
+
+
+@dataclass(frozen=True)
+class NetplanFile:
+    """A netplan YAML file and the interfaces it configures."""
+
+    path: str
+    content: str
+    interfaces: frozenset[str]
+
+
+def parse_netplan_files(text: str) -> dict[str, NetplanFile]:
+    """Parse the concatenated netplan files (each preceded by FS + path + newline)."""
+    files = {}
+    for chunk in text.split(FILE_MARK)[1:]:
+        path, _, content = chunk.partition("\n")
+        files[path] = NetplanFile(path, content, frozenset(netplan_interfaces(content)))
+    return files
+
+
+def netplan_interfaces(content: str) -> set[str]:
+    """Names of the interfaces a netplan document configures (unreadable YAML configures none)."""
+    try:
+        document = yaml.safe_load(content) or {}
+    except yaml.YAMLError:
+        return set()
+    network = document.get("network", {}) if isinstance(document, dict) else {}
+    names: set[str] = set()
+    for kind in ("ethernets", "bonds", "bridges", "vlans", "wifis"):
+        section = network.get(kind) if isinstance(network, dict) else None
+        for key, spec in (section or {}).items() if isinstance(section, dict) else ():
+            names.add(str(key))
+            match = spec.get("match", {}) if isinstance(spec, dict) else {}
+            if isinstance(match, dict) and isinstance(match.get("name"), str):
+                names.add(match["name"])
+            if isinstance(spec, dict):
+                names.update(str(i) for i in spec.get("interfaces", []) if isinstance(spec.get("interfaces"), list))
+    return names
+
+
+@dataclass(frozen=True)
+class Ethtool:
+    speed_mbps: int | None
+    link_detected: bool
+
+
+def parse_ethtool(text: str) -> Ethtool:
+    """Parse `ethtool IFACE`: `Speed: 200000Mb/s` and `Link detected: yes`."""
+    speed = re.search(r"Speed:\s*(\d+)Mb/s", text)
+    link = re.search(r"Link detected:\s*(yes|no)", text)
+    return Ethtool(int(speed.group(1)) if speed else None, bool(link and link.group(1) == "yes"))
+
+
+def parse_ibdev2netdev(text: str) -> dict[str, tuple[str, bool]]:
+    """Parse `ibdev2netdev`: netdev -> (RoCE device, Up?).
+
+    Sample: rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)
+    """
+    devices = {}
+    for match in re.finditer(r"^(\S+) port \d+ ==> (\S+) \((\w+)\)", text, re.MULTILINE):
+        devices[match.group(2)] = (match.group(1), match.group(3) == "Up")
+    return devices
+
+
+@dataclass(frozen=True)
+class PingResult:
+    sent: int
+    received: int
+    avg_ms: float | None
+
+    @property
+    def ok(self) -> bool:
+        return self.sent > 0 and self.received == self.sent
+
+
+def parse_ping(text: str) -> PingResult:
+    """Parse ping's summary: `2 packets transmitted, 2 received` and `rtt min/avg/max/mdev = a/b/c/d ms`."""
+    counts = re.search(r"(\d+) packets transmitted, (\d+) (?:packets )?received", text)
+    rtt = re.search(r"= [\d.]+/([\d.]+)/", text)
+    if not counts:
+        return PingResult(0, 0, None)
+    return PingResult(int(counts.group(1)), int(counts.group(2)), float(rtt.group(1)) if rtt else None)
+
+
+INTERFACES = Probe("interfaces", Shell("ip -j addr show"), parse_interfaces)
+DEFAULT_ROUTES = Probe("default_routes", Shell("ip -j route show default"), parse_default_routes)
+SSH_SESSION = Probe("ssh_session", Shell('printf "%s" "$SSH_CONNECTION"'), parse_ssh_session)
+NEIGHBORS = Probe("neighbors", Shell("ip -j neigh show"), parse_neighbors)
+RDMA_DEVICES = Probe("rdma_devices", Shell("ibdev2netdev"), parse_ibdev2netdev)
+NETPLAN_FILES = Probe("netplan_files", Shell(
+    "for f in /etc/netplan/*.yaml /etc/netplan/*.yml; do [ -f \"$f\" ] || continue; "
+    "printf '\\034%s\\n' \"$f\"; cat \"$f\"; done"), parse_netplan_files, sudo=True)
+
+
+def ethtool(interface: str) -> Probe[Ethtool]:
+    return Probe(f"ethtool {interface}", Shell("ethtool {}", interface), parse_ethtool)
+
+
+def ping(interface: str, address: str, size: int | None = None) -> Probe[PingResult]:
+    """Ping address out of interface; with size, a don't-fragment ping of that payload."""
+    if size is None:
+        command = Shell("ping -n -c 2 -i 0.2 -W 1 -I {} {}", interface, address)
+    else:
+        command = Shell("ping -n -M do -s {} -c 2 -i 0.2 -W 1 -I {} {}", size, interface, address)
+    label = f"ping {interface} {address}" + (f" df{size}" if size else "")
+    return Probe(label, command, parse_ping, ok_codes=(0, 1))
+
+
+def ssh_batch(address: str) -> Probe[str]:
+    """Non-interactive SSH from this node to address, host key checked strictly."""
+    command = Shell("ssh -n -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=yes {} hostname", address)
+    return Probe(f"ssh {address}", command, lambda text: text.strip())
+

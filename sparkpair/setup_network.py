@@ -1,0 +1,127 @@
+"""The setup-network command's flow: network first, verified; then SSH trust, verified.
+
+Nothing changes until both nodes are reached and planned. A failed network verification
+restores both nodes; an interrupted apply reports exactly what each node holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sparkpair import network, report, steps, trust
+from sparkpair.errors import SparkpairError
+from sparkpair.inventory import Inventory
+from sparkpair.transport import Pair
+
+
+@dataclass(frozen=True)
+class Options:
+    dry_run: bool = False
+    yes: bool = False
+    restore: bool = False
+    skip_ssh: bool = False
+    replace: bool = False
+
+
+class Interrupted(SparkpairError):
+    exit_code = 130
+
+
+def setup_network(pair: Pair, inventory: Inventory, options: Options) -> int:
+    """Plan, show, apply and verify; the exit status."""
+    pair.connect()
+    if options.restore:
+        return restore(pair)
+    plan = network.plan_network(inventory, network.probe_nodes(pair), options.replace)
+    files = {} if options.skip_ssh else trust.probe_ssh_files(pair)
+    host_keys = {name: connection.server_key() for name, connection in pair.nodes.items()}
+    trust_changes, trust_refusals = ([], []) if options.skip_ssh else trust.trust_plan(inventory, files, host_keys)
+    key_changes = trust.key_changes(files)
+    report.plan(plan.changes + key_changes + trust_changes, plan.refusals + trust_refusals)
+    if plan.refusals or trust_refusals:
+        return 1
+    if options.dry_run:
+        return 0
+    if (plan.changes or key_changes or trust_changes) and not options.yes \
+            and not report.confirm("apply these changes to both nodes?"):
+        return 1
+    if plan.changes and not _apply_network(pair, inventory, plan.changes):
+        return 1
+    problems = network.verify_link(pair, inventory)
+    if problems:
+        report.error_lines(problems)
+        if plan.changes:
+            _roll_back(pair, inventory, "the link did not verify")
+        return 1
+    report.line("link verified: carrier, addresses, MTU, pings and full-MTU don't-fragment pings both ways")
+    return 0 if options.skip_ssh else _establish_trust(pair, inventory, host_keys, key_changes)
+
+
+def _apply_network(pair: Pair, inventory: Inventory, changes: list[steps.Change]) -> bool:
+    outcomes = steps.apply_changes(pair, changes, network.JOURNAL, progress=report.progress)
+    if all(outcome.ok for outcome in outcomes.values()):
+        return True
+    states = {name: network.node_state(connection, inventory.node(name)) for name, connection in pair.nodes.items()}
+    report.outcomes(outcomes, states)
+    if any(outcome.interrupted for outcome in outcomes.values()):
+        raise Interrupted("interrupted; files are whole (atomic writes). Undo with: sparkpair setup-network --restore")
+    _roll_back(pair, inventory, "apply failed")
+    return False
+
+
+def _roll_back(pair: Pair, inventory: Inventory, why: str) -> None:
+    report.note(f"rolling back both nodes ({why})")
+    for name, result in pair.each(network.roll_back).items():
+        if isinstance(result, BaseException):
+            report.error_lines([f"{name}: rollback failed: {result}"])
+        else:
+            report.note(f"{name}: {'; '.join(result)}")
+    for name, connection in pair.nodes.items():
+        report.note(f"{name}: now {network.node_state(connection, inventory.node(name))}")
+
+
+def _establish_trust(pair: Pair, inventory: Inventory, host_keys: dict[str, tuple[str, str]],
+                     key_changes: list[steps.Change]) -> int:
+    if key_changes and not _applied(pair, key_changes):
+        return 1
+    changes, refusals = trust.trust_plan(inventory, trust.probe_ssh_files(pair), host_keys)
+    if refusals:
+        report.error_lines(refusals)
+        return 1
+    if changes and not _applied(pair, changes):
+        return 1
+    problems = trust.verify_trust(pair, inventory)
+    if problems:
+        report.error_lines(problems + ["undo with: sparkpair setup-network --restore"])
+        return 1
+    report.line("SSH trust verified: ssh -o BatchMode=yes works both ways over every QSFP address")
+    return 0
+
+
+def _applied(pair: Pair, changes: list[steps.Change]) -> bool:
+    outcomes = steps.apply_changes(pair, changes, trust.JOURNAL, progress=report.progress)
+    if all(outcome.ok for outcome in outcomes.values()):
+        return True
+    report.outcomes(outcomes)
+    if any(outcome.interrupted for outcome in outcomes.values()):
+        raise Interrupted("interrupted; undo with: sparkpair setup-network --restore")
+    return False
+
+
+def restore(pair: Pair) -> int:
+    """Return both nodes to the state before the last apply (trust first, then network)."""
+    def undo(connection: object) -> list[str]:
+        done = []
+        journal = steps.read_journal(connection, trust.JOURNAL)  # type: ignore[arg-type]
+        if journal is not None:
+            done += steps.restore(connection, journal)  # type: ignore[arg-type]
+        done += network.roll_back(connection)  # type: ignore[arg-type]
+        return done
+    failed = False
+    for name, result in pair.each(undo).items():
+        if isinstance(result, BaseException):
+            failed = True
+            report.error_lines([f"{name}: restore failed: {result}"])
+        else:
+            report.line(f"{name}: {'; '.join(result)}")
+    return 1 if failed else 0

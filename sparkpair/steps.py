@@ -1,0 +1,214 @@
+"""Plan, then apply: changes are data with unified diffs; one generic executor applies them.
+
+Planning reads probes only. `apply_changes` runs each node's changes in order (both nodes at
+once), backs up every file before replacing it, and keeps a journal on the node after every
+action, so an interrupted or failed apply can be reported exactly and undone (`restore`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+from sparkpair.errors import SparkpairError
+from sparkpair.transport import NodeConnection, Pair, Shell
+
+JOURNAL_DIR = ".sparkpair/journal"
+
+
+@dataclass(frozen=True)
+class WriteFile:
+    """Write content to path atomically (with sudo for system files); ~/ is the user's home."""
+
+    path: str
+    content: str
+    mode: int = 0o644
+    sudo: bool = False
+
+
+@dataclass(frozen=True)
+class RemoveFile:
+    path: str
+    sudo: bool = False
+
+
+@dataclass(frozen=True)
+class RunCommand:
+    """Run a command that must succeed; `creates` lists files it makes (removed on restore)."""
+
+    command: Shell
+    sudo: bool = False
+    creates: tuple[str, ...] = ()
+
+
+Action = WriteFile | RemoveFile | RunCommand
+
+
+@dataclass(frozen=True)
+class Change:
+    """One planned change on one node: what `--dry-run` prints and `apply_changes` executes."""
+
+    node: str
+    summary: str
+    actions: tuple[Action, ...]
+    diff: str = ""
+
+
+def file_diff(path: str, old: str | None, new: str | None) -> str:
+    """Unified diff of a file's content (None: the file does not exist)."""
+    lines = difflib.unified_diff((old or "").splitlines(keepends=True), (new or "").splitlines(keepends=True),
+                                 fromfile="/dev/null" if old is None else path,
+                                 tofile="/dev/null" if new is None else path)
+    return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+
+
+def write_change(node: str, path: str, old: str | None, new: str, *, mode: int = 0o644, sudo: bool = False,
+                 summary: str = "", then: Sequence[RunCommand] = ()) -> Change | None:
+    """A change writing path, or None when it already holds exactly new."""
+    if old == new:
+        return None
+    verb = "create" if old is None else "update"
+    return Change(node, summary or f"{verb} {path}", (WriteFile(path, new, mode, sudo), *then),
+                  file_diff(path, old, new))
+
+
+@dataclass
+class Journal:
+    """What an apply did on one node, in order: enough to undo it."""
+
+    command: str
+    stamp: str
+    entries: list[dict[str, object]] = field(default_factory=list)
+    finished: bool = False
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+
+@dataclass
+class NodeOutcome:
+    """How far the apply got on one node."""
+
+    applied: list[str] = field(default_factory=list)
+    failed: str | None = None
+    failed_change: str | None = None
+    not_started: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.failed is None and not self.not_started and not self.interrupted
+
+
+def journal_path(connection: NodeConnection, command: str) -> str:
+    return f"{connection.home}/{JOURNAL_DIR}/{command}.json"
+
+
+def read_journal(connection: NodeConnection, command: str) -> Journal | None:
+    raw = connection.read(journal_path(connection, command))
+    if raw is None:
+        return None
+    data = json.loads(raw)
+    return Journal(data["command"], data["stamp"], data.get("entries", []), data.get("finished", False))
+
+
+def _save_journal(connection: NodeConnection, journal: Journal) -> None:
+    connection.check(Shell("mkdir -p {}", f"{connection.home}/{JOURNAL_DIR}"))
+    connection.put(journal.to_json(), journal_path(connection, journal.command), mode=0o600)
+
+
+def _expand(connection: NodeConnection, path: str) -> str:
+    return connection.home + path[1:] if path.startswith("~/") else path
+
+
+def _backup(connection: NodeConnection, journal: Journal, path: str, sudo: bool) -> None:
+    """Copy path aside (if it exists) and journal where to find it."""
+    store = f"/var/backups/sparkpair/{journal.stamp}" if sudo else f"{connection.home}/.sparkpair/backups/{journal.stamp}"
+    backup = f"{store}/{path.strip('/').replace('/', '%')}"
+    result = connection.run(Shell("if [ -e {} ]; then mkdir -p {} && cp -a {} {} && echo saved; fi",
+                                  path, store, path, backup), sudo=sudo)
+    if not result.ok:
+        raise SparkpairError(f"cannot back up {path}: {result.stderr.strip()}", node=connection.name)
+    journal.entries.append({"path": path, "backup": backup if "saved" in result.stdout else None, "sudo": sudo})
+    _save_journal(connection, journal)
+
+
+def _run_action(connection: NodeConnection, journal: Journal, action: Action) -> None:
+    if isinstance(action, WriteFile):
+        path = _expand(connection, action.path)
+        _backup(connection, journal, path, action.sudo)
+        connection.put(action.content, path, mode=action.mode, sudo=action.sudo)
+    elif isinstance(action, RemoveFile):
+        path = _expand(connection, action.path)
+        _backup(connection, journal, path, action.sudo)
+        connection.check(Shell("rm -f {}", path), sudo=action.sudo)
+    else:
+        for created in action.creates:
+            journal.entries.append({"path": _expand(connection, created), "backup": None, "sudo": action.sudo})
+        if action.creates:
+            _save_journal(connection, journal)
+        connection.check(action.command, sudo=action.sudo)
+
+
+def apply_changes(pair: Pair, changes: Sequence[Change], command: str, *,
+                  progress: Callable[[str, str], None] = lambda node, text: None) -> dict[str, NodeOutcome]:
+    """Apply each node's changes in order, both nodes at once; never raises for a node's failure.
+
+    Ctrl-C lets each node finish its current action, then returns outcomes marked interrupted.
+    """
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    cancel = threading.Event()
+    outcomes = {name: NodeOutcome(not_started=[c.summary for c in changes if c.node == name]) for name in pair.nodes}
+
+    def apply_on(connection: NodeConnection) -> None:
+        outcome = outcomes[connection.name]
+        mine = [change for change in changes if change.node == connection.name]
+        if not mine:
+            return
+        journal = Journal(command, stamp)
+        for change in mine:
+            if cancel.is_set():
+                return
+            progress(connection.name, change.summary)
+            try:
+                for action in change.actions:
+                    _run_action(connection, journal, action)
+            except SparkpairError as error:
+                outcome.failed, outcome.failed_change = error.message, change.summary
+                return
+            outcome.not_started.remove(change.summary)
+            outcome.applied.append(change.summary)
+        journal.finished = True
+        _save_journal(connection, journal)
+
+    try:
+        results = pair.each(apply_on, cancel=cancel)
+    except KeyboardInterrupt:
+        for outcome in outcomes.values():
+            outcome.interrupted = True
+        return outcomes
+    for name, result in results.items():
+        if isinstance(result, BaseException) and outcomes[name].failed is None:
+            outcomes[name].failed = (result.message if isinstance(result, SparkpairError)
+                                     else f"{type(result).__name__}: {result}")
+    return outcomes
+
+
+def restore(connection: NodeConnection, journal: Journal) -> list[str]:
+    """Undo a journal on its node, newest first; returns what was done."""
+    done = []
+    for entry in reversed(journal.entries):
+        path, backup, sudo = str(entry["path"]), entry.get("backup"), bool(entry.get("sudo"))
+        if backup:
+            connection.check(Shell("cp -a {} {}", backup, path), sudo=sudo)
+            done.append(f"restored {path}")
+        else:
+            connection.check(Shell("rm -f {}", path), sudo=sudo)
+            done.append(f"removed {path}")
+    connection.check(Shell("mv -f {} {}.restored", journal_path(connection, journal.command),
+                           journal_path(connection, journal.command)))
+    return done

@@ -1,0 +1,131 @@
+"""The setup-network planner, from captured probe output: changes, no-ops, and every refusal."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkpair import network, render
+from sparkpair.inventory import parse_inventory, read_inventory
+from sparkpair.probes import net
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+SIM = read_inventory(FIXTURES / "inventory" / "sim.yaml")
+CLOUD_INIT = (FIXTURES / "probes" / "netplan-cloud-init.yaml").read_text()
+
+
+def _interfaces(node: str, configured: bool, mtu: int = 9000) -> dict[str, net.Interface]:
+    items = json.loads((FIXTURES / "probes" / "ip-addr-fresh.json").read_text())
+    host = "198.18.0.11" if node == "spark-a" else "198.18.0.12"
+    for item in items:
+        if item["ifname"] == "enP7s7":
+            item["addr_info"][0]["local"] = host
+        if configured and item["ifname"] in SIM.node(node).links:
+            address = SIM.node(node).links[item["ifname"]]
+            item.update(flags=["BROADCAST", "MULTICAST", "UP", "LOWER_UP"], mtu=mtu)
+            item["addr_info"] = [{"family": "inet", "local": str(address.ip), "prefixlen": 24}]
+    return net.parse_interfaces(json.dumps(items))
+
+
+def _facts(configured: bool = False, **overrides: object) -> dict[str, dict[str, object]]:
+    facts = {}
+    for node in SIM.nodes:
+        files = {"/etc/netplan/50-cloud-init.yaml": net.NetplanFile("/etc/netplan/50-cloud-init.yaml", CLOUD_INIT,
+                                                                   frozenset({"enP7s7"}))}
+        if configured:
+            ours = render.netplan_file(SIM, node, "the inventory").content
+            files[network.NETPLAN_PATH] = net.NetplanFile(network.NETPLAN_PATH, ours, frozenset(node.links))
+        facts[node.name] = {"interfaces": _interfaces(node.name, configured), "default_routes": ["enP7s7"],
+                            "ssh_session": node.host, "netplan_files": files, "sudo": True}
+        facts[node.name].update(copy.deepcopy(overrides))
+    return facts
+
+
+def test_fresh_pair_gets_a_netplan_file_and_an_apply_on_each_node() -> None:
+    plan = network.plan_network(SIM, _facts())
+    assert plan.refusals == []
+    assert [(c.node, c.summary.split(" (")[0]) for c in plan.changes] == [
+        ("spark-a", f"create {network.NETPLAN_PATH}"), ("spark-a", "netplan generate && netplan apply"),
+        ("spark-b", f"create {network.NETPLAN_PATH}"), ("spark-b", "netplan generate && netplan apply")]
+    diff = plan.changes[2].diff
+    assert "+        - 198.19.1.12/24" in diff and "+      mtu: 9000" in diff and diff.startswith("--- /dev/null")
+
+
+def test_configured_pair_needs_nothing() -> None:
+    assert network.plan_network(SIM, _facts(configured=True)).changes == []
+
+
+def test_live_drift_alone_plans_a_reapply_with_the_reason() -> None:
+    facts = _facts(configured=True)
+    facts["spark-b"]["interfaces"] = _interfaces("spark-b", True, mtu=1500)
+    plan = network.plan_network(SIM, facts)
+    assert [c.node for c in plan.changes] == ["spark-b"]
+    assert "live state differs: enp1s0f1np1 mtu 1500" in plan.changes[0].summary
+
+
+def test_lockout_guard_refuses_the_management_interface() -> None:
+    data = yaml.safe_load((FIXTURES / "inventory" / "sim.yaml").read_text())
+    for node in data["nodes"]:
+        node["links"] = {"enP7s7": node["links"].pop("enp1s0f1np1"), **node["links"]}
+    inventory = parse_inventory(data)
+    facts = _facts()
+    plan = network.plan_network(inventory, facts)
+    assert any("enP7s7 carries this SSH session (198.18.0.11)" in r for r in plan.refusals)
+    assert any("enP7s7 carries the default route" in r for r in plan.refusals)
+    assert plan.changes == []
+
+
+def test_link_subnet_holding_the_management_address_is_refused() -> None:
+    data = yaml.safe_load((FIXTURES / "inventory" / "sim.yaml").read_text())
+    data["nodes"][0]["links"]["enp1s0f1np1"] = "198.18.0.21/16"
+    data["nodes"][1]["links"]["enp1s0f1np1"] = "198.18.0.22/16"
+    plan = network.plan_network(parse_inventory(data), _facts())
+    assert any("contains the management address 198.18.0.11" in r for r in plan.refusals)
+
+
+def test_conflicting_netplan_file_is_named_and_taken_over_with_replace() -> None:
+    other = "network:\n  version: 2\n  ethernets:\n    enp1s0f1np1:\n      addresses: [10.9.9.9/24]\n"
+    facts = _facts()
+    for node in facts.values():
+        node["netplan_files"]["/etc/netplan/40-cx7.yaml"] = net.NetplanFile("/etc/netplan/40-cx7.yaml", other,
+                                                                         frozenset({"enp1s0f1np1"}))
+    refused = network.plan_network(SIM, facts)
+    assert any("/etc/netplan/40-cx7.yaml already configures enp1s0f1np1" in r and "--replace" in r
+               for r in refused.refusals)
+    taken = network.plan_network(SIM, facts, replace=True)
+    assert taken.refusals == []
+    assert taken.changes[0].summary == "take over /etc/netplan/40-cx7.yaml (backed up, then removed)"
+
+
+def test_takeover_keeps_other_interfaces_of_a_shared_file() -> None:
+    shared = CLOUD_INIT + "    enp1s0f1np1:\n      dhcp4: true\n"
+    remaining = network._without_interfaces(shared, {"enp1s0f1np1"})
+    assert remaining is not None and "enP7s7" in remaining and "enp1s0f1np1" not in remaining
+
+
+def test_password_sudo_and_missing_interface_are_refused() -> None:
+    facts = _facts()
+    facts["spark-a"]["sudo"] = False
+    del facts["spark-b"]["interfaces"]["enP2p1s0f1np1"]
+    refusals = network.plan_network(SIM, facts).refusals
+    assert any(r.startswith("spark-a: sudo asks for a password") for r in refusals)
+    assert any(r.startswith("spark-b: no interface enP2p1s0f1np1") for r in refusals)
+
+
+def test_link_problems_name_the_node_and_interface() -> None:
+    facts = {"interfaces": _interfaces("spark-a", True), "ping enp1s0f1np1 198.19.1.12": net.PingResult(2, 0, None)}
+    facts["interfaces"]["enP2p1s0f1np1"] = net.Interface("enP2p1s0f1np1", "", 9000, True, False,
+                                                         facts["interfaces"]["enP2p1s0f1np1"].addresses)
+    problems = network.link_problems(SIM, SIM.node("spark-a"), facts)
+    assert "spark-a: enP2p1s0f1np1 has no carrier (cable?)" in problems
+    assert "spark-a: ping enp1s0f1np1 198.19.1.12 failed (0/2 replies)" in problems
+
+
+@pytest.mark.parametrize("size", [None, 8972])
+def test_verification_pings_each_peer_twin(size: int | None) -> None:
+    labels = [p.name for p in network.verification_probes(SIM, SIM.node("spark-b"))]
+    assert "ping enp1s0f1np1 198.19.1.11" in labels and "ping enP2p1s0f1np1 198.19.2.11 df8972" in labels
