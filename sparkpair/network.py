@@ -8,6 +8,7 @@ the link works or a deadline passes, and a failed verification restores both nod
 from __future__ import annotations
 
 import ipaddress
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,26 +169,43 @@ def live_drift(inventory: Inventory, node: Node, interfaces: dict[str, net.Inter
 def verification_probes(inventory: Inventory, node: Node) -> list[probes.Probe[Any]]:
     """Interfaces plus, for each twin, a ping and a full-MTU don't-fragment ping to the peer's twin."""
     peer = inventory.peer_of(node)
-    checks: list[probes.Probe[Any]] = [net.INTERFACES]
+    checks: list[probes.Probe[Any]] = [net.INTERFACES, net.crossing({n: str(peer.links[n].ip) for n in node.links})]
     for name in node.links:
         target = str(peer.links[name].ip)
         checks += [net.ping(name, target), net.ping(name, target, inventory.cluster.mtu - 28)]
     return checks
 
 
-def link_problems(inventory: Inventory, node: Node, facts: dict[str, Any]) -> list[str]:
-    """What is wrong with node's side of the link, from verification_probes facts."""
+def link_problems(inventory: Inventory, node: Node, facts: dict[str, Any],
+                  peer_facts: dict[str, Any] | None = None) -> list[str]:
+    """What is wrong with node's side of the link, from verification_probes facts of both nodes."""
     if isinstance(facts.get("interfaces"), ProbeFailure):
         return [f"{node.name}: {facts['interfaces']}"]
     problems = [f"{node.name}: {d}" for d in live_drift(inventory, node, facts["interfaces"])]
     for name in node.links:
         if name in facts["interfaces"] and not facts["interfaces"][name].carrier:
             problems.append(f"{node.name}: {name} has no carrier (cable?)")
+    problems += _crossed(inventory, node, facts, peer_facts or {})
     for key, value in facts.items():
         if key.startswith("ping") and (isinstance(value, ProbeFailure) or not value.ok):
             problems.append(f"{node.name}: {key.replace('df', 'mtu payload ')} failed"
                             + (f" ({value})" if isinstance(value, ProbeFailure) else
                                f" ({value.received}/{value.sent} replies)"))
+    return problems
+
+
+def _crossed(inventory: Inventory, node: Node, facts: dict[str, Any], peer_facts: dict[str, Any]) -> list[str]:
+    """Twins whose neighbour for the peer's same-named twin address is another peer interface."""
+    neighbors, peer_interfaces = facts.get("neighbors"), peer_facts.get("interfaces")
+    if not isinstance(neighbors, dict) or not isinstance(peer_interfaces, dict):
+        return []
+    peer = inventory.peer_of(node)
+    owner = {interface.mac: name for name, interface in peer_interfaces.items()}
+    problems = []
+    for twin in node.links:
+        mac = neighbors.get((twin, str(peer.links[twin].ip)))
+        if mac is not None and owner.get(mac, twin) != twin:
+            problems.append(f"{node.name}: {twin} is cabled to {peer.name}'s {owner[mac]} (cables crossed)")
     return problems
 
 
@@ -198,21 +216,47 @@ def verify_link(pair: Pair, inventory: Inventory, deadline_s: float = 20.0) -> l
         results = pair.each(lambda c: probes.gather(c, verification_probes(inventory, inventory.node(c.name))))
         problems = []
         for name, facts in results.items():
+            peer_facts = results[inventory.peer_of(inventory.node(name)).name]
             problems += ([f"{name}: {facts}"] if isinstance(facts, BaseException)
-                         else link_problems(inventory, inventory.node(name), facts))
+                         else link_problems(inventory, inventory.node(name), facts,
+                                            peer_facts if isinstance(peer_facts, dict) else None))
         if not problems or time.monotonic() >= end:
             return problems
         time.sleep(1.0)
 
 
-def roll_back(connection: NodeConnection) -> list[str]:
-    """Undo the last network apply on one node and re-apply netplan; what was done."""
+def twins_snapshot(node: Node, interfaces: dict[str, net.Interface]) -> str:
+    """The twins as they are now (MTU, IPv4 addresses, up or down), as JSON for the journal."""
+    return json.dumps({name: {"mtu": i.mtu, "up": i.admin_up, "ipv4": i.ipv4}
+                       for name, i in interfaces.items() if name in node.links})
+
+
+def snapshot_commands(node: Node, snapshot: str) -> Shell:
+    """Commands that put node's twins back as snapshot says; values are re-validated, never trusted."""
+    commands = []
+    for name, state in json.loads(snapshot).items():
+        if name not in node.links:
+            continue
+        addresses = [str(ipaddress.IPv4Interface(a)) for a in state.get("ipv4", [])]
+        commands.append(Shell("ip addr flush dev {} scope global && ip link set dev {} mtu {}",
+                              name, name, int(state["mtu"])))
+        commands += [Shell("ip addr add {} dev {}", address, name) for address in addresses]
+        commands.append(Shell("ip link set dev {} {}", name, "up" if state.get("up") else "down"))
+    return Shell.compose(commands, " && ")
+
+
+def roll_back(connection: NodeConnection, node: Node) -> list[str]:
+    """Undo the last network apply on one node: files back, netplan re-applied, twins as they were."""
     journal = steps.read_journal(connection, JOURNAL)
     if journal is None:
         return ["nothing to restore"]
     done = steps.restore(connection, journal)
     connection.check(APPLY_NETPLAN.command, sudo=True)
-    return done + ["netplan generate && netplan apply"]
+    done.append("netplan generate && netplan apply")
+    if journal.extra.get("twins_before"):
+        connection.check(snapshot_commands(node, journal.extra["twins_before"]), sudo=True)
+        done.append("twins back to their previous MTU, addresses and link state")
+    return done
 
 
 def node_state(connection: NodeConnection, node: Node) -> str:

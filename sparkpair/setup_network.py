@@ -31,12 +31,14 @@ def setup_network(pair: Pair, inventory: Inventory, options: Options) -> int:
     """Plan, show, apply and verify; the exit status."""
     pair.connect()
     if options.restore:
-        return restore(pair)
-    plan = network.plan_network(inventory, network.probe_nodes(pair), options.replace)
+        return restore(pair, inventory)
+    facts = network.probe_nodes(pair)
+    plan = network.plan_network(inventory, facts, options.replace)
     files = {} if options.skip_ssh else trust.probe_ssh_files(pair)
     host_keys = {name: connection.server_key() for name, connection in pair.nodes.items()}
     trust_changes, trust_refusals = ([], []) if options.skip_ssh else trust.trust_plan(inventory, files, host_keys)
     key_changes = trust.key_changes(files)
+    stamp = steps.run_stamp()
     report.plan(plan.changes + key_changes + trust_changes, plan.refusals + trust_refusals)
     if plan.refusals or trust_refusals:
         return 1
@@ -45,7 +47,9 @@ def setup_network(pair: Pair, inventory: Inventory, options: Options) -> int:
     if (plan.changes or key_changes or trust_changes) and not options.yes \
             and not report.confirm("apply these changes to both nodes?"):
         return 1
-    if plan.changes and not _apply_network(pair, inventory, plan.changes):
+    before = {node.name: {"twins_before": network.twins_snapshot(node, facts[node.name]["interfaces"])}
+              for node in inventory.nodes}
+    if plan.changes and not _apply_network(pair, inventory, plan.changes, before):
         return 1
     problems = network.verify_link(pair, inventory)
     if problems:
@@ -54,11 +58,12 @@ def setup_network(pair: Pair, inventory: Inventory, options: Options) -> int:
             _roll_back(pair, inventory, "the link did not verify")
         return 1
     report.line("link verified: carrier, addresses, MTU, pings and full-MTU don't-fragment pings both ways")
-    return 0 if options.skip_ssh else _establish_trust(pair, inventory, host_keys, key_changes)
+    return 0 if options.skip_ssh else _establish_trust(pair, inventory, host_keys, key_changes, stamp)
 
 
-def _apply_network(pair: Pair, inventory: Inventory, changes: list[steps.Change]) -> bool:
-    outcomes = steps.apply_changes(pair, changes, network.JOURNAL, progress=report.progress)
+def _apply_network(pair: Pair, inventory: Inventory, changes: list[steps.Change],
+                   before: dict[str, dict[str, str]]) -> bool:
+    outcomes = steps.apply_changes(pair, changes, network.JOURNAL, progress=report.progress, extra=before)
     if all(outcome.ok for outcome in outcomes.values()):
         return True
     states = {name: network.node_state(connection, inventory.node(name)) for name, connection in pair.nodes.items()}
@@ -71,7 +76,7 @@ def _apply_network(pair: Pair, inventory: Inventory, changes: list[steps.Change]
 
 def _roll_back(pair: Pair, inventory: Inventory, why: str) -> None:
     report.note(f"rolling back both nodes ({why})")
-    for name, result in pair.each(network.roll_back).items():
+    for name, result in pair.each(lambda c: network.roll_back(c, inventory.node(c.name))).items():
         if isinstance(result, BaseException):
             report.error_lines([f"{name}: rollback failed: {result}"])
         else:
@@ -81,14 +86,14 @@ def _roll_back(pair: Pair, inventory: Inventory, why: str) -> None:
 
 
 def _establish_trust(pair: Pair, inventory: Inventory, host_keys: dict[str, tuple[str, str]],
-                     key_changes: list[steps.Change]) -> int:
-    if key_changes and not _applied(pair, key_changes):
+                     key_changes: list[steps.Change], stamp: str) -> int:
+    if key_changes and not _applied(pair, key_changes, stamp):
         return 1
     changes, refusals = trust.trust_plan(inventory, trust.probe_ssh_files(pair), host_keys)
     if refusals:
         report.error_lines(refusals)
         return 1
-    if changes and not _applied(pair, changes):
+    if changes and not _applied(pair, changes, stamp):
         return 1
     problems = trust.verify_trust(pair, inventory)
     if problems:
@@ -98,8 +103,8 @@ def _establish_trust(pair: Pair, inventory: Inventory, host_keys: dict[str, tupl
     return 0
 
 
-def _applied(pair: Pair, changes: list[steps.Change]) -> bool:
-    outcomes = steps.apply_changes(pair, changes, trust.JOURNAL, progress=report.progress)
+def _applied(pair: Pair, changes: list[steps.Change], stamp: str) -> bool:
+    outcomes = steps.apply_changes(pair, changes, trust.JOURNAL, stamp=stamp, progress=report.progress)
     if all(outcome.ok for outcome in outcomes.values()):
         return True
     report.outcomes(outcomes)
@@ -108,14 +113,14 @@ def _applied(pair: Pair, changes: list[steps.Change]) -> bool:
     return False
 
 
-def restore(pair: Pair) -> int:
+def restore(pair: Pair, inventory: Inventory) -> int:
     """Return both nodes to the state before the last apply (trust first, then network)."""
     def undo(connection: object) -> list[str]:
         done = []
         journal = steps.read_journal(connection, trust.JOURNAL)  # type: ignore[arg-type]
         if journal is not None:
             done += steps.restore(connection, journal)  # type: ignore[arg-type]
-        done += network.roll_back(connection)  # type: ignore[arg-type]
+        done += network.roll_back(connection, inventory.node(connection.name))  # type: ignore[attr-defined]
         return done
     failed = False
     for name, result in pair.each(undo).items():

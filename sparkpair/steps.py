@@ -84,6 +84,7 @@ class Journal:
     stamp: str
     entries: list[dict[str, object]] = field(default_factory=list)
     finished: bool = False
+    extra: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
@@ -113,7 +114,8 @@ def read_journal(connection: NodeConnection, command: str) -> Journal | None:
     if raw is None:
         return None
     data = json.loads(raw)
-    return Journal(data["command"], data["stamp"], data.get("entries", []), data.get("finished", False))
+    return Journal(data["command"], data["stamp"], data.get("entries", []), data.get("finished", False),
+                   data.get("extra", {}))
 
 
 def _save_journal(connection: NodeConnection, journal: Journal) -> None:
@@ -154,13 +156,29 @@ def _run_action(connection: NodeConnection, journal: Journal, action: Action) ->
         connection.check(action.command, sudo=action.sudo)
 
 
-def apply_changes(pair: Pair, changes: Sequence[Change], command: str, *,
-                  progress: Callable[[str, str], None] = lambda node, text: None) -> dict[str, NodeOutcome]:
+def run_stamp() -> str:
+    """Names one run; applies with the same stamp share (extend) one journal per node."""
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def _journal_for(connection: NodeConnection, command: str, stamp: str) -> Journal:
+    existing = read_journal(connection, command)
+    if existing is not None and existing.stamp == stamp:
+        existing.finished = False
+        return existing
+    return Journal(command, stamp)
+
+
+def apply_changes(pair: Pair, changes: Sequence[Change], command: str, *, stamp: str | None = None,
+                  progress: Callable[[str, str], None] = lambda node, text: None,
+                  extra: dict[str, dict[str, str]] | None = None) -> dict[str, NodeOutcome]:
     """Apply each node's changes in order, both nodes at once; never raises for a node's failure.
+
+    extra: per node, facts to keep in the journal for a later restore (e.g. the state before).
 
     Ctrl-C lets each node finish its current action, then returns outcomes marked interrupted.
     """
-    stamp = time.strftime("%Y%m%d-%H%M%S")
+    stamp = stamp or run_stamp()
     cancel = threading.Event()
     outcomes = {name: NodeOutcome(not_started=[c.summary for c in changes if c.node == name]) for name in pair.nodes}
 
@@ -169,7 +187,9 @@ def apply_changes(pair: Pair, changes: Sequence[Change], command: str, *,
         mine = [change for change in changes if change.node == connection.name]
         if not mine:
             return
-        journal = Journal(command, stamp)
+        journal = _journal_for(connection, command, stamp)
+        for key, value in (extra or {}).get(connection.name, {}).items():
+            journal.extra.setdefault(key, value)
         for change in mine:
             if cancel.is_set():
                 return

@@ -8,7 +8,7 @@ from typing import Any
 from sparkpair import probes, recipe
 from sparkpair.checks import Facts
 from sparkpair.errors import SparkpairError
-from sparkpair.inventory import Inventory, Node
+from sparkpair.inventory import Inventory
 from sparkpair.probes import Probe, docker, host, models, net
 from sparkpair.transport import NodeConnection, Pair, Shell
 
@@ -22,19 +22,14 @@ TOKEN_ON_NODE = Probe("token_on_node", Shell(f'test -s "$HOME/{recipe.NODE_SECRE
                       _parse_yes)
 
 
-def crossing(node: Node, peer: Node) -> Probe[dict[tuple[str, str], str]]:
-    """Ping each peer twin out of the matching local twin, then read which MAC answered."""
-    pings = "; ".join(f"ping -n -c 1 -W 1 -I {name} {peer.links[name].ip} >/dev/null 2>&1" for name in node.links)
-    return Probe("neighbors", Shell.compose([Shell(pings), net.NEIGHBORS.command]), net.parse_neighbors)
-
-
 def node_probes(inventory: Inventory, node: Node, profile: str) -> list[Probe[Any]]:
     """Every probe doctor runs on one node (one round trip)."""
     peer = inventory.peer_of(node)
     cache = inventory.container.hf_cache
     batch: list[Probe[Any]] = [
         host.IDENTITY, host.SUDO, host.DGX_RELEASE, host.GPUS, host.MEMINFO, host.LISTENERS,
-        net.INTERFACES, net.NETPLAN_FILES, net.RDMA_DEVICES, crossing(node, peer),
+        net.INTERFACES, net.NETPLAN_FILES, net.RDMA_DEVICES,
+        net.crossing({n: str(peer.links[n].ip) for n in node.links}),
         docker.DOCKER_INFO, docker.image_id(inventory.container.image), docker.container(inventory.container.name),
         models.cache_access(cache), host.free_bytes(cache),
         TOKEN_ON_NODE,

@@ -79,6 +79,10 @@ def check_memory(facts: Facts) -> Iterable[Finding]:
         if isinstance(meminfo, ProbeFailure):
             yield fail("memory.available", name, str(meminfo))
             continue
+        container = facts.nodes[name].get("container")
+        if container is not None and not isinstance(container, ProbeFailure) and container.running:
+            yield skip("memory.available", name, "the engine is running and holds its memory")
+            continue
         need = needed_gib(facts, name)
         available, free = meminfo.get("MemAvailable", 0) * 1024 / GIB, meminfo.get("MemFree", 0) * 1024 / GIB
         detail = f"MemAvailable {available:.1f} GiB, MemFree {free:.1f} GiB, needs {need:.1f} GiB"

@@ -190,3 +190,13 @@ def ssh_batch(address: str) -> Probe[str]:
     command = Shell("ssh -n -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=yes {} hostname", address)
     return Probe(f"ssh {address}", command, lambda text: text.strip())
 
+
+
+def crossing(links: dict[str, str]) -> Probe[dict[tuple[str, str], str]]:
+    """Ping each peer twin address out of the same-named local twin, then read which MAC answered.
+
+    links: local twin -> the peer's address on its twin of that name.
+    """
+    pings = Shell.compose([Shell("ping -n -c 1 -W 1 -I {} {} >/dev/null 2>&1", twin, address)
+                           for twin, address in links.items()])
+    return Probe("neighbors", Shell.compose([pings, NEIGHBORS.command]), parse_neighbors)

@@ -9,13 +9,16 @@ from __future__ import annotations
 import time
 
 from hostexec import CommandError, node_run, node_sh, node_spawn
-from layout import Node
+from layout import TESTBED_DIR, Node
+
+RUNTIME_DIR = TESTBED_DIR / "runtime"
 
 DOCKERD_FLAGS = (
     "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-forward=false",
     "--ip-masq=false", "--userland-proxy=false", "--storage-driver=overlay2",
-    # Networks a user might create stay inside the benchmarking range too.
-    "--default-address-pool=base=198.19.128.0/17,size=24",
+    # Networks a user might create, and their DNS, stay inside the benchmarking range too
+    # (docker would otherwise fall back to public resolvers).
+    "--default-address-pool=base=198.19.128.0/17,size=24", "--dns=198.18.0.1",
     "--add-runtime=nvidia=runc", "--exec-root=/run/docker-exec", "--pidfile=/run/docker.pid",
     "--host=unix:///run/docker.sock", "--group=docker",
 )
@@ -82,7 +85,8 @@ def start_dockerd(node: Node) -> None:
     if docker_running(node):
         return
     flags = " ".join(DOCKERD_FLAGS) + f" --data-root={node.dir / 'docker'}"
-    node_spawn(node, f"exec dockerd {flags}", node.dir / "dockerd.log")
+    # The runc wrapper (tests/testbed/runtime/runc) comes first on the engine's PATH only.
+    node_spawn(node, f'PATH={RUNTIME_DIR}:$PATH exec dockerd {flags}', node.dir / "dockerd.log")
     wait_for(lambda: docker_running(node), f"dockerd on {node.name}", 60)
 
 

@@ -20,7 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-INFINIBAND_DEVICES = (("rdma_cm", 10, 58), ("uverbs0", 231, 192), ("uverbs1", 231, 193),
+# Major 231 is infiniband_verbs; with no RDMA driver loaded, opening these gives ENXIO.
+INFINIBAND_DEVICES = (("rdma_cm", 231, 255), ("uverbs0", 231, 192), ("uverbs1", 231, 193),
                       ("uverbs2", 231, 194), ("uverbs3", 231, 195))
 
 
@@ -64,6 +65,7 @@ def infiniband() -> None:
     mount("-t", "tmpfs", "-o", "mode=755,size=64k", "tmpfs", str(target))
     for name, major, minor in INFINIBAND_DEVICES:
         os.mknod(target / name, 0o20666, os.makedev(major, minor))
+        os.chmod(target / name, 0o666)
 
 
 def mount_plan(node_dir: Path) -> None:
@@ -108,6 +110,8 @@ def main(argv: list) -> int:
         runtime_files(node_dir)
         subprocess.run(["hostname", name], check=True)
         subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+        # As on a Spark running Docker (and so `docker run` does not warn about it).
+        Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
     except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
         print(f"holder {name}: {exc}", file=sys.stderr, flush=True)
         return 1

@@ -14,6 +14,7 @@ its admin state but loses carrier.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 
 from hostexec import CommandError, run, succeeds
@@ -46,6 +47,17 @@ def netns_list() -> list:
     return [entry["name"] for entry in json.loads(run(["ip", "-j", "netns", "list"]).stdout or "[]")]
 
 
+def netns_dir_mounted() -> bool:
+    """True when /run/netns is a mount point (`ip netns add` makes it one, once)."""
+    return succeeds(["mountpoint", "-q", "/run/netns"])
+
+
+def unmount_netns_dir() -> None:
+    """Undo the /run/netns mount `ip netns add` made, when no namespace is left in it."""
+    if netns_dir_mounted() and not netns_list():
+        run(["umount", "/run/netns"], check=False)
+
+
 def ensure_netns(name: str) -> None:
     """Create the named network namespace when missing."""
     if name not in netns_list():
@@ -63,7 +75,29 @@ def ensure_mgmt_bridge() -> None:
         ip("link", "add", MGMT_BRIDGE, "type", "bridge", "stp_state", "0", "forward_delay", "0",
            "nf_call_iptables", "0", "nf_call_ip6tables", "0", "nf_call_arptables", "0")
         ip("addr", "add", f"{MGMT_GATEWAY}/{MGMT_PREFIX}", "dev", MGMT_BRIDGE)
+    # Nodes route via 198.18.0.1, but nothing they send is ever forwarded beyond the operator.
+    run(["sysctl", "-qw", f"net.ipv4.conf.{MGMT_BRIDGE}.forwarding=0"])
+    run(["sysctl", "-qw", f"net.ipv6.conf.{MGMT_BRIDGE}.forwarding=0"], check=False)
     ip("link", "set", MGMT_BRIDGE, "up")
+    allow_bridged_mgmt()
+
+
+FORWARD_RULE = ["FORWARD", "-i", MGMT_BRIDGE, "-o", MGMT_BRIDGE, "-j", "ACCEPT"]
+
+
+def allow_bridged_mgmt() -> None:
+    """Let node-to-node management traffic through the host's FORWARD chain.
+
+    With br_netfilter loaded, bridged frames traverse iptables; a host running its
+    own Docker sets FORWARD to DROP, which would cut spark-a from spark-b."""
+    if shutil.which("iptables") and not succeeds(["iptables", "-C", *FORWARD_RULE]):
+        run(["iptables", "-I", *FORWARD_RULE], check=False)
+
+
+def remove_bridged_mgmt_rule() -> None:
+    """Remove the FORWARD rule allow_bridged_mgmt added."""
+    while shutil.which("iptables") and succeeds(["iptables", "-C", *FORWARD_RULE]):
+        run(["iptables", "-D", *FORWARD_RULE])
 
 
 def ensure_mgmt_link(node: Node) -> None:
@@ -176,6 +210,7 @@ def teardown() -> None:
                 ip("link", "del", name)
             except CommandError:
                 pass  # gone meanwhile with its namespace
+    remove_bridged_mgmt_rule()
     deadline = time.monotonic() + 15
     leftovers = [n.mgmt_host_veth for n in NODES] + [MGMT_BRIDGE]
     while any(link_exists(name) for name in leftovers):

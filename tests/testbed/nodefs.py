@@ -1,7 +1,7 @@
 """The files private to each node, prepared under the state dir before the node starts.
 
 The holder (holder.py) mounts them inside the node's mount namespace:
-    etc-upper/      overlay upper of /etc: hosts, hostname, dgx-release, environment
+    etc-upper/      overlay upper of /etc: hosts, hostname, dgx-release, environment, resolv.conf
     root-upper/     overlay upper of /root (root's home stays private per node)
     etc-netplan/    /etc/netplan with the management config (50-cloud-init.yaml)
     etc-ssh/        /etc/ssh with the node's own host keys and sshd_config
@@ -24,6 +24,9 @@ from hostexec import run
 from layout import (DGX_RELEASE, ENVIRONMENT, MGMT_GATEWAY, MGMT_IFACE, MGMT_PREFIX, NODES,
                     STANDINS_DIR, USER, Node)
 
+# Like Ubuntu's systemd-resolved stub, but nothing answers there: names resolve from
+# /etc/hosts only, and no DNS query ever leaves the node for the host's resolver.
+RESOLV_CONF = "# simulated DGX Spark: no DNS (see docs/testbed.md)\nnameserver 127.0.0.53\noptions edns0 trust-ad\n"
 HOST_KEY_TYPES = (("rsa", ["-b", "3072"]), ("ecdsa", ["-b", "256"]), ("ed25519", []))
 
 SSHD_CONFIG = """\
@@ -98,6 +101,7 @@ def prepare_etc(node: Node) -> None:
     write(upper / "hostname", f"{node.name}\n")
     write(upper / "dgx-release", DGX_RELEASE)
     write(upper / "environment", ENVIRONMENT)
+    write(upper / "resolv.conf", RESOLV_CONF)
     for mount_point in ("netplan", "ssh"):
         (upper / mount_point).mkdir(exist_ok=True)
     netplan = node.dir / "etc-netplan"

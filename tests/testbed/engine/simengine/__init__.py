@@ -8,4 +8,4 @@ collective across all ranks, so the server genuinely depends on every node.
 """
 
 TRTLLM_VERSION = "1.3.0rc12"
-HUGGINGFACE_HUB_VERSION = "0.35.3"
+HUGGINGFACE_HUB_VERSION = "1.0.1"

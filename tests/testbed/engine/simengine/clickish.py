@@ -168,10 +168,7 @@ def parse(command, argv):
     raw_options, positionals, wants_help = _split_tokens(command, argv)
     if wants_help:
         raise HelpRequested()
-    values = {opt.dest: ((() if opt.multiple else opt.default)) for opt in command.options}
-    for opt in command.options:
-        if opt.kind == "flag" and not opt.multiple:
-            values[opt.dest] = bool(opt.default)
+    values = {opt.dest: (() if opt.multiple else opt.default) for opt in command.options}
     for opt, raw in raw_options:
         value = True if opt.kind == "flag" else convert_value(opt, raw)
         values[opt.dest] = values[opt.dest] + (value,) if opt.multiple else value

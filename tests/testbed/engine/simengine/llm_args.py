@@ -38,7 +38,7 @@ SECTION_KINDS = {
 DECODING_TYPES = ("Eagle", "Eagle3", "Draft_Target", "DraftTarget", "NGram", "MTP")
 NEEDS_DRAFT_MODEL = ("Eagle", "Eagle3", "Draft_Target", "DraftTarget")
 NEEDS_POSITIVE_DRAFT_LEN = ("Eagle", "Eagle3", "Draft_Target", "DraftTarget", "NGram")
-SERVE_ONLY_KEYS_UNCHECKED_INSIDE = ("build_config",)
+UNCHECKED_SECTIONS = ("build_config",)  # accepted (popped for PyTorch); contents not checked
 
 
 class ConfigFileError(Exception):
@@ -139,7 +139,7 @@ def validate_extra_options(data, allow):
     """Check the YAML mapping; raise ConfigValidationError listing every problem found."""
     errors = []
     top = allow["top_level"]
-    known = set(top["core"]) | set(top.get("serve_only_keys", [])) | set(SERVE_ONLY_KEYS_UNCHECKED_INSIDE)
+    known = set(top["core"]) | set(top.get("serve_only_keys", [])) | set(UNCHECKED_SECTIONS)
     _check_keys((), data, known, errors)
     _check_kinds((), {k: v for k, v in data.items() if k in known}, TOP_LEVEL_KINDS, errors)
     for name, check in SECTION_CHECKS.items():

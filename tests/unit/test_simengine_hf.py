@@ -1,0 +1,155 @@
+"""The stand-in `hf download`: hub cache layout, determinism, gating, resume, offline mode."""
+
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "testbed" / "engine"))
+
+from simengine import synthetic_model  # noqa: E402
+from simengine.testing import run_tool, tool_env  # noqa: E402
+
+REPO = "nvidia/Qwen3-235B-A22B-FP4"
+GATED = "meta-llama/Llama-3.1-8B-Instruct"
+SECRET = "hf_simengine_SECRET_do_not_print_0123456789"
+
+
+def hf(args, cache, **env):
+    return run_tool(["hf", *args], tool_env(HF_HUB_CACHE=cache, **env))
+
+
+def snapshot_tree(snapshot):
+    """{file name: content bytes} of a snapshot folder, following its symlinks."""
+    return {p.name: p.read_bytes() for p in sorted(Path(snapshot).iterdir())}
+
+
+def test_download_writes_the_hub_cache_layout(tmp_path):
+    result = hf(["download", REPO], tmp_path)
+    assert result.returncode == 0, result.stderr
+    snapshot = Path(result.stdout.strip())
+    repo_dir = tmp_path / "models--nvidia--Qwen3-235B-A22B-FP4"
+    commit = (repo_dir / "refs" / "main").read_text()
+    assert len(commit) == 40 and all(c in "0123456789abcdef" for c in commit)
+    assert snapshot == repo_dir / "snapshots" / commit
+    names = {p.name for p in snapshot.iterdir()}
+    assert {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+            "model.safetensors.index.json"} <= names
+    shards = sorted(n for n in names if n.endswith(".safetensors"))
+    assert len(shards) >= 2 and all(n.startswith("model-0000") for n in shards)
+    for entry in snapshot.iterdir():
+        assert entry.is_symlink()
+        target = os.readlink(entry)
+        assert not os.path.isabs(target) and target.startswith("../../blobs/")
+        blob = (entry.parent / target).resolve()
+        assert blob.name == hashlib.sha256(blob.read_bytes()).hexdigest()
+    assert not list((repo_dir / "blobs").glob("*.incomplete"))
+    total = sum((snapshot / n).stat().st_size for n in shards)
+    assert 2 * 1024 * 1024 <= total <= 8 * 1024 * 1024
+
+
+def test_config_is_plausible_for_the_family(tmp_path):
+    snapshot = Path(hf(["download", REPO], tmp_path).stdout.strip())
+    config = json.loads((snapshot / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3MoeForCausalLM"] and config["num_hidden_layers"] == 94
+    draft = synthetic_model.config_json("nvidia/Qwen3-235B-A22B-Eagle3")
+    assert draft["architectures"] == ["LlamaForCausalLMEagle3"] and draft["num_hidden_layers"] == 1
+
+
+def test_same_bytes_and_commit_in_two_caches(tmp_path):
+    first = hf(["download", REPO], tmp_path / "a")
+    second = hf(["download", REPO], tmp_path / "b")
+    assert first.returncode == second.returncode == 0
+    snap_a, snap_b = Path(first.stdout.strip()), Path(second.stdout.strip())
+    assert snap_a.name == snap_b.name
+    assert snapshot_tree(snap_a) == snapshot_tree(snap_b)
+    other = hf(["download", "Qwen/Qwen3-8B"], tmp_path / "a")
+    assert Path(other.stdout.strip()).name != snap_a.name
+
+
+def test_model_size_knob(tmp_path):
+    snapshot = Path(hf(["download", "org/tiny"], tmp_path, SIM_HF_MODEL_BYTES=100000).stdout.strip())
+    assert sum(p.stat().st_size for p in snapshot.glob("*.safetensors")) == 100000
+
+
+def test_gated_repo_refused_without_token(tmp_path):
+    result = hf(["download", GATED], tmp_path)
+    assert result.returncode == 1
+    assert "Cannot access gated repo for url" in result.stderr and "401" in result.stderr
+    assert not (tmp_path / "models--meta-llama--Llama-3.1-8B-Instruct" / "blobs").exists()
+
+
+def test_gated_repo_downloads_with_token_file_and_never_prints_it(tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text(SECRET + "\n")
+    listed = hf(["download", "org/private-model"], tmp_path / "c", SIM_HF_GATED="org/private-model,x/y")
+    assert listed.returncode == 1 and "Cannot access gated repo" in listed.stderr
+    result = hf(["download", GATED], tmp_path / "c", HF_TOKEN_PATH=token_file)
+    assert result.returncode == 0, result.stderr
+    assert (Path(result.stdout.strip()) / "config.json").is_file()
+    failing = hf(["download", GATED, "--bogus"], tmp_path / "c", HF_TOKEN=SECRET)
+    broken = hf(["download", GATED], tmp_path / "d", HF_TOKEN=SECRET, SIM_HF_FAIL_AFTER=1)
+    with_flag = hf(["download", GATED, "--token", SECRET], tmp_path / "e")
+    assert with_flag.returncode == 0 and broken.returncode == 1 and failing.returncode == 2
+    for run in (result, failing, broken, with_flag):
+        assert SECRET not in run.stdout + run.stderr
+
+
+def test_fail_midway_then_resume_gives_identical_content(tmp_path):
+    broken = hf(["download", REPO], tmp_path / "cache", SIM_HF_FAIL_AFTER=5)
+    assert broken.returncode == 1
+    assert "Connection broken" in broken.stderr and "SIM_HF_FAIL_AFTER" in broken.stderr
+    blobs = tmp_path / "cache" / "models--nvidia--Qwen3-235B-A22B-FP4" / "blobs"
+    partial = list(blobs.glob("*.incomplete"))
+    assert len(partial) == 1 and partial[0].stat().st_size > 0
+    complete_before = {p.name for p in blobs.iterdir() if not p.name.endswith(".incomplete")}
+    assert len(complete_before) == 5
+    resumed = hf(["download", REPO], tmp_path / "cache")
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stderr.count("already downloaded") == 5 and "Resuming download" in resumed.stderr
+    assert not list(blobs.glob("*.incomplete"))
+    clean = hf(["download", REPO], tmp_path / "clean")
+    assert snapshot_tree(resumed.stdout.strip()) == snapshot_tree(clean.stdout.strip())
+
+
+def test_offline_mode(tmp_path):
+    missing = hf(["download", REPO], tmp_path, HF_HUB_OFFLINE=1)
+    assert missing.returncode == 1 and "LocalEntryNotFoundError" in missing.stderr
+    hf(["download", REPO], tmp_path, SIM_HF_FAIL_AFTER=2)
+    partial = hf(["download", REPO], tmp_path, HF_HUB_OFFLINE=1)
+    assert partial.returncode == 1 and "outgoing traffic has been disabled" in partial.stderr
+    online = hf(["download", REPO], tmp_path)
+    offline = hf(["download", REPO], tmp_path, HF_HUB_OFFLINE="1")
+    assert offline.returncode == 0 and offline.stdout.strip() == online.stdout.strip()
+
+
+def test_local_dir_gets_plain_files_and_resumes(tmp_path):
+    target = tmp_path / "opt" / "draft"
+    broken = hf(["download", "nvidia/Qwen3-235B-A22B-Eagle3", "--local-dir", str(target)], tmp_path / "c",
+                SIM_HF_FAIL_AFTER=3)
+    assert broken.returncode == 1
+    result = hf(["download", "nvidia/Qwen3-235B-A22B-Eagle3", "--local-dir", str(target)], tmp_path / "c")
+    assert result.returncode == 0 and Path(result.stdout.strip()) == target.resolve()
+    assert (target / "config.json").is_file() and not (target / "config.json").is_symlink()
+    assert result.stderr.count("already downloaded") == 3
+    expected = {f.name: f.content for f in synthetic_model.repo_files("nvidia/Qwen3-235B-A22B-Eagle3")}
+    assert {n: (target / n).read_bytes() for n in expected} == expected
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize("args", [["download", REPO, "--bogus"], ["download"], ["frobnicate"]])
+def test_usage_errors_exit_2(tmp_path, args):
+    result = hf(args, tmp_path)
+    assert result.returncode == 2
+    assert "Error:" in result.stderr
+
+
+def test_single_file_prints_its_path_and_version_works(tmp_path):
+    result = hf(["download", REPO, "config.json"], tmp_path)
+    assert result.returncode == 0 and result.stdout.strip().endswith("/config.json")
+    unknown = hf(["download", REPO, "nope.bin"], tmp_path)
+    assert unknown.returncode == 1 and "Entry Not Found" in unknown.stderr
+    assert hf(["version"], tmp_path).stdout.startswith("huggingface_hub version:")
