@@ -170,6 +170,78 @@ def doctor_cmd(app: App, profile: str | None, as_json: bool, deep: bool, only: s
     return 1 if any(f.status is Status.FAIL for f in findings) else 0
 
 
+@cli.command("launch")
+@click.argument("profile", required=False)
+@click.option("--dry-run", is_flag=True, help="Preflight and show what would change; start nothing.")
+@click.option("--timeout", type=click.FloatRange(1, 86400), default=1800.0, show_default=True,
+              help="Seconds to wait for the server to become ready.")
+@click.option("--no-wait", is_flag=True, help="Return once the engine is started.")
+@click.option("--model-source", default="hub", show_default=True, metavar="hub|cached|local:PATH",
+              help="hub: download on the head, copy to the worker; cached: use what the caches hold; "
+                   "local:PATH: copy from a staged HF cache on the head (air-gapped).")
+@click.option("--replace", is_flag=True, help="Replace an engine container whose spec differs.")
+@click.option("--keep-on-failure", is_flag=True, help="Leave a failed launch running for inspection.")
+@click.option("--node", metavar="NAME", help="For single-node profiles: the node to serve on (default: head).")
+@pass_app
+def launch_cmd(app: App, profile: str | None, dry_run: bool, timeout: float, no_wait: bool, model_source: str,
+               replace: bool, keep_on_failure: bool, node: str | None) -> int:
+    """Start PROFILE (default: server.profile) across the pair and wait until it answers."""
+    from sparkpair.launch import LaunchOptions, launch
+
+    if model_source not in ("hub", "cached") and not (model_source.startswith("local:/") and len(model_source) > 7):
+        raise click.BadParameter("expected hub, cached or local:/ABSOLUTE/PATH", param_hint="--model-source")
+    inv = app.inventory
+    options = LaunchOptions(_known_profile(inv, profile), dry_run, timeout, not no_wait, model_source, replace,
+                            keep_on_failure, node)
+    with app.pair() as pair:
+        return launch(pair, inv, options)
+
+
+@cli.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Status as JSON.")
+@pass_app
+def status_cmd(app: App, as_json: bool) -> int:
+    """Containers and ranks on both nodes, health, model, uptime, requests and draft acceptance."""
+    from dataclasses import asdict
+
+    from sparkpair import lifecycle, report
+
+    with app.pair() as pair:
+        pair.connect()
+        result = lifecycle.status(pair, app.inventory)
+    if as_json:
+        report.emit_json(asdict(result))
+    else:
+        report.status(result)
+    return 0 if result.state in ("serving", "stopped") else 1
+
+
+@cli.command("logs")
+@click.option("--node", metavar="NAME", help="Only this node's rank.")
+@click.option("--tail", type=click.IntRange(1, 100000), default=100, show_default=True, help="Lines per rank.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until Ctrl-C.")
+@pass_app
+def logs_cmd(app: App, node: str | None, tail: int, follow: bool) -> int:
+    """The ranks' output, kept in log files inside the head container."""
+    from sparkpair import lifecycle
+
+    with app.pair() as pair:
+        return lifecycle.print_logs(pair, app.inventory, node, tail, follow)
+
+
+@cli.command("stop")
+@pass_app
+def stop_cmd(app: App) -> int:
+    """Stop the engine on both nodes (idempotent); models stay in the caches."""
+    from sparkpair import lifecycle, report
+
+    with app.pair() as pair:
+        pair.connect()
+        for name, outcome in lifecycle.stop(pair, app.inventory).items():
+            report.line(f"{name}: {outcome}")
+    return 0
+
+
 def _split(value: str | None) -> set[str] | None:
     return {part.strip() for part in value.split(",") if part.strip()} if value else None
 

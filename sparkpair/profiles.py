@@ -66,8 +66,10 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         "llm_api": {
             **_RECIPE_RUNTIME,
             "enable_chunked_prefill": False,
-            # The one addition to NVIDIA's YAML: /metrics reports draft acceptance only with it.
+            # Additions to NVIDIA's YAML: /metrics reports draft acceptance only with the first,
+            # /prometheus/metrics (request and draft counters, read by status) only with the second.
             "enable_iter_perf_stats": True,
+            "return_perf_metrics": True,
             "cuda_graph_config": {"max_batch_size": 1},
             "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": False},
         },
@@ -85,6 +87,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         "llm_api": {
             **_RECIPE_RUNTIME,
             "enable_iter_perf_stats": True,
+            "return_perf_metrics": True,
             "cuda_graph_config": {"max_batch_size": 1},
             "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "enable_block_reuse": False},
         },
@@ -107,6 +110,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
             "print_iter_log": False,
             "disable_overlap_scheduler": True,
             "enable_iter_perf_stats": True,
+            "return_perf_metrics": True,
             "kv_cache_config": {"enable_block_reuse": False},
         },
         "target_gib": 40.0,

@@ -105,11 +105,40 @@ def launch_script(inventory: Inventory, profile_name: str, source: str = "the in
     return RenderedFile(f"{profile_name}/launch.sh", text, 0o755)
 
 
+def rsh_agent(inventory: Inventory) -> RenderedFile:
+    """mpirun's rsh agent for the inventory's MPI transport."""
+    nodes = [{"name": node.name, "names": [str(a.ip) for a in node.links.values()] + [node.name]}
+             for node in inventory.nodes]
+    text = render_template("mpi-rsh-agent.sh.j2", cluster=inventory.cluster.name, nodes=nodes,
+                           transport=inventory.container.mpi_transport, sshd_port=inventory.container.sshd_port,
+                           ssh_dir=recipe.SSH_DIR, user=inventory.cluster.user, container=inventory.container.name)
+    return RenderedFile("mpi-rsh-agent", text, 0o755)
+
+
+def sshd_entrypoint(inventory: Inventory) -> RenderedFile:
+    """The engine container's entrypoint for the sshd transport."""
+    text = render_template("sshd-entrypoint.sh.j2", cluster=inventory.cluster.name,
+                           sshd_port=inventory.container.sshd_port, ssh_dir=recipe.SSH_DIR, host_key=recipe.HOST_KEY)
+    return RenderedFile("entrypoint.sh", text, 0o755)
+
+
+def node_config_files(inventory: Inventory, profile_name: str) -> list[RenderedFile]:
+    """What launch writes to ~/.sparkpair/config on each node that runs a rank."""
+    files = [container_env_file(inventory), llm_api_config(inventory, profile_name)]
+    if inventory.profile(profile_name).is_pair:
+        files += [hostfile(inventory), rsh_agent(inventory)]
+        if inventory.container.mpi_transport == "sshd":
+            files.append(sshd_entrypoint(inventory))
+    return [RenderedFile(item.path.rsplit("/", 1)[-1], item.content, item.mode) for item in files]
+
+
 def render_all(inventory: Inventory, profile_name: str, source: str = "the inventory") -> list[RenderedFile]:
     """Every file `sparkpair render` writes for a profile."""
     files = [netplan_file(inventory, node, source) for node in inventory.nodes]
-    files += [hostfile(inventory), container_env_file(inventory),
+    files += [hostfile(inventory), container_env_file(inventory), rsh_agent(inventory),
               llm_api_config(inventory, profile_name), launch_script(inventory, profile_name, source)]
+    if inventory.container.mpi_transport == "sshd":
+        files.append(sshd_entrypoint(inventory))
     return files
 
 

@@ -30,12 +30,12 @@ def err() -> Console:
 
 def line(text: str = "") -> None:
     """A plain line on stdout."""
-    out().print(escape(text))
+    out().print(text, markup=False)
 
 
 def note(text: str) -> None:
     """A progress or status line on stderr."""
-    err().print(escape(text))
+    err().print(text, markup=False)
 
 
 def error_lines(lines: list[str]) -> None:
@@ -144,3 +144,53 @@ def findings(items: list[Any], elapsed: float | None = None) -> None:
     counts = {s: sum(1 for f in items if f.status.value == s) for s in STATUS_STYLE}
     timing = f" in {elapsed:.1f} s" if elapsed is not None else ""
     line(f"{counts['FAIL']} FAIL, {counts['WARN']} WARN, {counts['OK']} OK, {counts['SKIP']} SKIP{timing}")
+
+
+def endpoint(url: str, model: str, ready: bool) -> None:
+    """Where the server is, how to call it with curl, and with the OpenAI client."""
+    base = url.removesuffix("/v1")
+    line(("serving" if ready else "starting (sparkpair status shows when it is ready)") + f": {url}")
+    line(f"  curl -s {base}/v1/chat/completions -H 'Content-Type: application/json' \\")
+    line(f"    -d '{{\"model\": \"{model}\", \"messages\": [{{\"role\": \"user\", \"content\": \"Hello\"}}]}}'")
+    line("  python3 -c 'from openai import OpenAI; c = OpenAI(base_url=\"" + url + "\", api_key=\"none\"); "
+         f"print(c.chat.completions.create(model=\"{model}\", messages=[{{\"role\": \"user\", "
+         "\"content\": \"Hello\"}]).choices[0].message.content)'")
+
+
+def log_tails(texts: dict[str, str]) -> None:
+    """The last lines each rank printed."""
+    for name, text in texts.items():
+        if text.strip():
+            note(f"--- last lines from {name}:")
+            for raw in text.rstrip().splitlines():
+                note(f"  {raw}")
+
+
+def causes(items: list[Any]) -> None:
+    """Recognised causes of a failure, each with its fix; or say that none was recognised."""
+    if not items:
+        error_lines(["cause not recognised from the logs; see the lines above and docs/runbooks.md#launch-failure"])
+    for cause in items:
+        error_lines([f"cause: {cause.explanation} (fix: {cause.fix})"])
+
+
+def status(result: Any) -> None:
+    """The engine's status as a short table."""
+    from rich.table import Table
+
+    colour = {"serving": "green", "degraded": "bold red", "stopped": "dim"}[result.state]
+    out().print(f"state: [{colour}]{result.state}[/]")
+    rows = [("profile", result.profile or "-"), ("model", result.model or "-"), ("endpoint", result.endpoint or "-"),
+            ("health", result.health),
+            ("uptime", f"{result.uptime_s:.0f} s" if result.uptime_s is not None else "-"),
+            ("requests", f"{result.requests:.0f}" if result.requests is not None else "-"),
+            ("draft acceptance", f"{result.acceptance_rate:.1%}" if result.acceptance_rate is not None else "-")]
+    if result.reason:
+        rows.insert(0, ("why", result.reason))
+    for name, node in result.nodes.items():
+        rank = "rank up" if node["ranks_alive"] else "rank down"
+        rows.append((name, f"container {node['container']}, {rank}"))
+    table = Table(show_header=False, box=None)
+    for key, value in rows:
+        table.add_row(key, escape(str(value)))
+    out().print(table)

@@ -55,7 +55,7 @@ def launch_steps(inventory: Inventory, profile_name: str) -> list[Step]:
 
 def _config_files(profile: Profile) -> list[str]:
     files = ["container.env", "extra-llm-api-config.yml"]
-    return files + (["openmpi-hostfile", "mpi-rsh-agent", "ssh_config"] if profile.is_pair else [])
+    return files + (["openmpi-hostfile", "mpi-rsh-agent"] if profile.is_pair else [])
 
 
 def _docker_run(inventory: Inventory) -> list[str]:

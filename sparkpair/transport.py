@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import io
+import logging
 import secrets
 import shlex
 import socket
@@ -29,6 +31,7 @@ from sparkpair.errors import ConnectError, RemoteCommandError
 from sparkpair.inventory import Cluster, Inventory, Node
 
 T = TypeVar("T")
+logging.getLogger("paramiko").setLevel(logging.CRITICAL)  # its channel-open notices are not the user's business
 # Non-interactive SSH sessions on Debian get no sbin in PATH; ip, ss, ethtool live there.
 PATH_PREFIX = 'PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"; export PATH; '
 
@@ -217,6 +220,31 @@ class NodeConnection:
                 return handle.read()
         except FileNotFoundError:
             return None
+
+    def http(self, port: int, method: str, path: str, body: bytes | None = None,
+             timeout: float = 10.0) -> tuple[int, bytes] | None:
+        """An HTTP request to 127.0.0.1:port on the node, tunnelled through this SSH connection.
+
+        None when nothing listens on the port (so no firewall between here and the node matters).
+        """
+        try:
+            channel = self._open().client.get_transport().open_channel(
+                "direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0), timeout=timeout)
+        except paramiko.ChannelException:
+            return None
+        except (OSError, EOFError, paramiko.SSHException) as error:
+            raise ConnectError(f"SSH tunnel to port {port} failed: {error}", node=self.name) from None
+        channel.settimeout(timeout)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        connection.sock = channel  # type: ignore[assignment]
+        try:
+            connection.request(method, path, body=body, headers={"Content-Type": "application/json"})
+            response = connection.getresponse()
+            return response.status, response.read()
+        except (OSError, http.client.HTTPException):
+            return None
+        finally:
+            connection.close()
 
     def docker(self) -> Any:
         """A Docker SDK client that talks to the node's engine over this SSH connection."""

@@ -71,6 +71,7 @@ class Facts:
     unreachable: dict[str, str] = field(default_factory=dict)
     clock_offsets: dict[str, float] = field(default_factory=dict)
     operator_token: bool = False
+    serving_node: str = ""          # where the endpoint will listen (the head, or --node for TP=1)
 
     def reachable(self) -> list[str]:
         return [name for name in self.nodes if name not in self.unreachable]

@@ -76,7 +76,7 @@ def check_container(facts: Facts) -> Iterable[Finding]:
 def check_ports(facts: Facts) -> Iterable[Finding]:
     """Proves the serving port is free on the head, and sshd_port on both for the sshd transport."""
     inventory = facts.inventory
-    wanted = {inventory.head.name: [("ports.serving", inventory.server.port)]}
+    wanted = {facts.serving_node or inventory.head.name: [("ports.serving", inventory.server.port)]}
     if inventory.container.mpi_transport == "sshd":
         for node in inventory.nodes:
             wanted.setdefault(node.name, []).append(("ports.sshd", inventory.container.sshd_port))

@@ -16,7 +16,6 @@ sparkpair doctor
 # ~/.sparkpair/config/extra-llm-api-config.yml
 # ~/.sparkpair/config/openmpi-hostfile
 # ~/.sparkpair/config/mpi-rsh-agent
-# ~/.sparkpair/config/ssh_config
 
 # 3. Engine container  [on spark-a and spark-b]
 docker run -d --name trtllm-multinode --network host --ipc host --ulimit=memlock=-1 --ulimit=stack=67108864 --gpus all --device /dev/infiniband:/dev/infiniband --label sparkpair.cluster=spark-pair --label sparkpair.node=spark-a --env-file "$HOME/.sparkpair/config/container.env" -v "$HOME/.sparkpair/config:/sparkpair/config:ro" -v "$HOME/.sparkpair/secrets:/sparkpair/secrets:ro" -v "$HOME/.ssh:/sparkpair/ssh:ro" -v "$HOME/.cache/huggingface:/sparkpair/hf:rw" nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12 sleep infinity

@@ -1,0 +1,113 @@
+"""Target and draft on every node that runs a rank: fetched once on the head, copied to the worker
+over the QSFP link, verified on every node by manifest (blob names and sizes), and reached through
+stable links so the engine config never names a revision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sparkpair import containers, probes, recipe
+from sparkpair.errors import SparkpairError
+from sparkpair.inventory import Inventory
+from sparkpair.probes import ProbeFailure, models
+from sparkpair.transport import NodeConnection, Pair, Shell
+
+Progress = Callable[[str, str], None]
+SOURCES = ("hub", "cached")  # plus local:PATH
+
+
+def read_manifests(connection: NodeConnection, inventory: Inventory, repos: list[str]) -> dict[str, models.RepoManifest]:
+    """Each repo's manifest in the node's HF cache (one round trip)."""
+    facts = probes.gather(connection, [models.manifest(inventory.container.hf_cache, repo) for repo in repos])
+    manifests = {}
+    for repo in repos:
+        value = facts[f"model {repo}"]
+        if isinstance(value, ProbeFailure):
+            raise SparkpairError(f"cannot read the HF cache for {repo}: {value}", node=connection.name)
+        manifests[repo] = value
+    return manifests
+
+
+def fetch_on_head(head: NodeConnection, inventory: Inventory, repo: str, source: str, progress: Progress) -> None:
+    """Get repo into the head's cache: download (hub), copy from a staged cache (local:PATH), or refuse."""
+    if source == "cached":
+        raise SparkpairError(f"{repo} is not complete in {head.name}'s HF cache and --model-source cached copies "
+                             "nothing", node=head.name, hint="stage it there, or drop --model-source cached")
+    if source.startswith("local:"):
+        staged = f"{source.removeprefix('local:').rstrip('/')}/{recipe.repo_dirname(repo)}"
+        target = f"{recipe.hf_cache_on_node(inventory, head.home)}/hub/"
+        result = head.run(Shell("test -d {} && rsync -a --mkpath {} {}", staged, staged, target))
+        if not result.ok:
+            raise SparkpairError(f"{repo} is not in the staged cache {staged} ({result.stderr.strip() or 'missing'})",
+                                 node=head.name, hint="copy the models--org--name directory there first")
+        progress(head.name, f"{repo}: copied from {staged}")
+        return
+    uid_gid = head.check(Shell('printf "%s:%s" "$(id -u)" "$(id -g)"'))
+    code = containers.stream_in(head, inventory.container.name, recipe.download_argv(repo),
+                                lambda line: progress(head.name, f"{repo}: {line}"),
+                                user=uid_gid, environment={"HOME": "/tmp", "HF_HUB_OFFLINE": "0"})
+    if code != 0:
+        raise SparkpairError(f"hf download {repo} failed (exit {code}); rerun to resume where it stopped",
+                             node=head.name, hint=f"see {recipe.HF_HOME} permissions, network and the HF token")
+
+
+def copy_to(head: NodeConnection, inventory: Inventory, repo: str, progress: Progress) -> None:
+    """rsync repo's cache directory from the head to the worker over the first QSFP link."""
+    argv = recipe.sync_argv(inventory, repo, head.home)
+    progress(head.name, f"{repo}: copying to {inventory.worker.name} over {argv[-1].split(':')[0]}")
+    result = head.run(argv, timeout=None)
+    if not result.ok:
+        raise SparkpairError(f"copying {repo} to {inventory.worker.name} failed: "
+                             f"{result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.exit_code}",
+                             node=head.name, hint="sparkpair doctor --only trust,path")
+
+
+def link(connection: NodeConnection, inventory: Inventory, repo: str, revision: str) -> None:
+    """Point HF_HOME/sparkpair-models/org--name at the verified snapshot."""
+    name, target = recipe.snapshot_link(repo, revision)
+    cache = recipe.hf_cache_on_node(inventory, connection.home)
+    connection.check(Shell("mkdir -p {} && ln -sfn {} {}", f"{cache}/{recipe.MODEL_LINKS}", target, f"{cache}/{name}"))
+
+
+def ensure_models(pair: Pair, inventory: Inventory, repos: list[str], nodes: list[str], source: str,
+                  progress: Progress) -> dict[str, str]:
+    """Make every repo complete and identical on every node; the verified revision of each."""
+    head = pair.nodes[nodes[0]]
+    on_head = read_manifests(head, inventory, repos)
+    for repo in repos:
+        if not on_head[repo].complete:
+            fetch_on_head(head, inventory, repo, source, progress)
+    on_head = read_manifests(head, inventory, repos)
+    for repo, manifest in on_head.items():
+        if not manifest.complete:
+            raise SparkpairError(f"{repo} is still incomplete after fetching ({len(manifest.broken)} files missing)",
+                                 node=head.name, hint="rerun sparkpair launch to resume")
+    for name in nodes[1:]:
+        _match_worker(pair, inventory, head, pair.nodes[name], on_head, source, progress)
+    revisions = {repo: str(manifest.revision) for repo, manifest in on_head.items()}
+    for name in nodes:
+        for repo, revision in revisions.items():
+            link(pair.nodes[name], inventory, repo, revision)
+    return revisions
+
+
+def _match_worker(pair: Pair, inventory: Inventory, head: NodeConnection, worker: NodeConnection,
+                  on_head: dict[str, models.RepoManifest], source: str, progress: Progress) -> None:
+    theirs = read_manifests(worker, inventory, list(on_head))
+    for repo, manifest in on_head.items():
+        differences = manifest.differences(theirs[repo])
+        if not differences and theirs[repo].complete:
+            continue
+        state = "missing" if not theirs[repo].present else f"different ({differences[0] if differences else 'incomplete'})"
+        if source == "cached":
+            raise SparkpairError(f"{repo} is {state} on {worker.name}; --model-source cached copies nothing",
+                                 node=worker.name, hint="drop --model-source cached to copy it from the head")
+        progress(worker.name, f"{repo} {state}; copying from {head.name}")
+        copy_to(head, inventory, repo, progress)
+    after = read_manifests(worker, inventory, list(on_head))
+    for repo, manifest in on_head.items():
+        differences = manifest.differences(after[repo])
+        if differences or not after[repo].complete:
+            raise SparkpairError(f"{repo} still differs from {head.name} after copying: "
+                                 f"{differences[0] if differences else 'incomplete'}", node=worker.name)

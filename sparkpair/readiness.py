@@ -1,0 +1,73 @@
+"""Is the server ready? Port open, then /health, then /v1/models lists the model, then one real
+completion, polled through the head's SSH connection (no firewall between here and the head matters).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sparkpair.transport import NodeConnection
+
+STAGES = ("port", "health", "models", "completion")
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """How far the server got: the last stage passed, and why it stopped if it did."""
+
+    ready: bool
+    stage: str
+    detail: str
+    seconds: float
+
+
+def probe_stage(head: NodeConnection, port: int, model: str) -> tuple[str, str]:
+    """The first stage that does not pass yet ("ready" when all do), with what was seen."""
+    health = head.http(port, "GET", "/health", timeout=5)
+    if health is None:
+        return "port", f"nothing listens on port {port} yet"
+    if health[0] != 200:
+        return "health", f"/health answered {health[0]}"
+    models = head.http(port, "GET", "/v1/models", timeout=5)
+    listed = [m.get("id") for m in _json(models[1]).get("data", [])] if models and models[0] == 200 else []
+    if model not in listed:
+        return "models", f"/v1/models lists {listed or 'nothing'}, not {model}"
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Reply with one word: ready"}],
+                       "max_tokens": 8, "temperature": 0}).encode()
+    answer = head.http(port, "POST", "/v1/chat/completions", body=body, timeout=60)
+    if answer is None or answer[0] != 200:
+        return "completion", f"a chat completion failed ({answer[0] if answer else 'no answer'})"
+    choices = _json(answer[1]).get("choices") or [{}]
+    text = (choices[0].get("message") or {}).get("content") or ""
+    return ("ready", text.strip()) if text.strip() else ("completion", "the completion came back empty")
+
+
+def _json(raw: bytes) -> dict:
+    try:
+        value = json.loads(raw or b"{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def wait_ready(head: NodeConnection, port: int, model: str, timeout: float,
+               exited: Callable[[], int | None], progress: Callable[[str], None]) -> Readiness:
+    """Poll until ready, the engine exits, or timeout; progress gets each new stage."""
+    start = time.monotonic()
+    seen = ""
+    while True:
+        code = exited()
+        if code is not None:
+            return Readiness(False, seen or "port", f"the engine exited with code {code}", time.monotonic() - start)
+        stage, detail = probe_stage(head, port, model)
+        if stage != seen:
+            seen = stage
+            progress(f"{stage}: {detail}" if stage != "ready" else f"ready (a completion answered: {detail!r})")
+        if stage == "ready":
+            return Readiness(True, stage, detail, time.monotonic() - start)
+        if time.monotonic() - start > timeout:
+            return Readiness(False, stage, f"timed out after {timeout:.0f} s: {detail}", time.monotonic() - start)
+        time.sleep(0.5)
