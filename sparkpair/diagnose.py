@@ -35,8 +35,7 @@ SIGNATURES = [
     _sig("unknown-yaml-key", r"Extra inputs are not permitted|type=extra_forbidden",
          "TensorRT-LLM refused a key in extra-llm-api-config.yml{detail}",
          "remove or fix the key in the profile's llm_api (models: in the inventory); sparkpair render shows it"),
-    _sig("model-missing", r"couldn't find them in the cached files|does not exist on this node|"
-                          r"could not find the model files",
+    _sig("model-missing", r"couldn't find them in the cached files|does not exist on this node",
          "a rank could not find the model or draft on its node{detail}",
          "sparkpair launch again (it copies the models to both nodes); check sparkpair doctor --only models"),
     _sig("port-in-use", r"Address already in use|Errno 98",

@@ -149,11 +149,10 @@ def _explain_failure(pair: Pair, inventory: Inventory, nodes: list[str], detail:
     report.error_lines([f"launch failed: {detail}"])
     texts = {}
     for rank, name in enumerate(nodes):
-        texts[name] = lifecycle.rank_logs(head, inventory, rank if len(nodes) > 1 else None, 20)
-    texts["mpirun"] = lifecycle.rank_logs(head, inventory, None, 20) if len(nodes) > 1 else ""
-    report.log_tails(texts)
-    causes = diagnose.classify("\n".join(texts.values()))
-    report.causes(causes)
+        texts[name] = lifecycle.rank_logs(head, inventory, rank if len(nodes) > 1 else None, 400)
+    texts["mpirun"] = lifecycle.rank_logs(head, inventory, None, 400) if len(nodes) > 1 else ""
+    report.log_tails({name: "\n".join(text.splitlines()[-20:]) for name, text in texts.items()})
+    report.causes(diagnose.classify("\n".join(texts.values())))
 
 
 def _place_token(pair: Pair, nodes: list[str]) -> None:

@@ -32,6 +32,7 @@ class SshFiles:
     authorized_keys: str | None
     known_hosts: str | None
     hostname: str
+    host_keys: tuple[tuple[str, str], ...] = ()
 
 
 def parse_ssh_files(text: str) -> SshFiles:
@@ -42,14 +43,16 @@ def parse_ssh_files(text: str) -> SshFiles:
         status, _, name = name.partition(" ")
         sections[name] = content if status == "present" else None
     public = sections.get("pub")
+    host_keys = tuple(key for key in (key_body(line) for line in (sections.get("host_keys") or "").splitlines()) if key)
     return SshFiles(public.strip() if public else None, sections.get("authorized_keys"),
-                    sections.get("known_hosts"), (sections.get("hostname") or "").strip())
+                    sections.get("known_hosts"), (sections.get("hostname") or "").strip(), host_keys)
 
 
 SSH_FILES = Probe("ssh_files", Shell(
     'for f in pub:.ssh/id_ed25519.pub authorized_keys:.ssh/authorized_keys known_hosts:.ssh/known_hosts; do '
     'n=${f%%:*}; p="$HOME/${f#*:}"; if [ -f "$p" ]; then printf "\\034present %s\\n" "$n"; cat "$p"; '
-    'else printf "\\034absent %s\\n" "$n"; fi; done; printf "\\034present hostname\\n"; hostname'), parse_ssh_files)
+    'else printf "\\034absent %s\\n" "$n"; fi; done; printf "\\034present hostname\\n"; hostname; '
+    'printf "\\034present host_keys\\n"; cat /etc/ssh/ssh_host_*_key.pub 2>/dev/null; true'), parse_ssh_files)
 
 
 def key_body(line: str) -> tuple[str, str] | None:
@@ -109,7 +112,11 @@ def peer_names(peer: Node) -> list[str]:
 
 def trust_plan(inventory: Inventory, files: dict[str, SshFiles],
                host_keys: dict[str, tuple[str, str]]) -> tuple[list[steps.Change], list[str]]:
-    """authorized_keys and known_hosts changes on both nodes; refusals for conflicting host keys."""
+    """authorized_keys and known_hosts changes on both nodes; refusals for conflicting host keys.
+
+    host_keys: per node, the key the operator's own connection verified on the management address.
+    A node learns every host key its peer has, but only if that verified key is one of them.
+    """
     changes: list[steps.Change] = []
     refusals: list[str] = []
     for node in inventory.nodes:
@@ -120,32 +127,40 @@ def trust_plan(inventory: Inventory, files: dict[str, SshFiles],
             content += ("" if not content or content.endswith("\n") else "\n") + mine.public_key + "\n"
             changes.append(steps.write_change(peer.name, "~/.ssh/authorized_keys", theirs.authorized_keys, content,
                                               mode=0o600, summary=f"authorize {node.name}'s key"))
-        change, problems = _known_hosts_change(node, peer, mine.known_hosts, host_keys[peer.name])
+        if host_keys[peer.name] not in theirs.host_keys:
+            refusals.append(f"{peer.name}: the host key this machine verified ({fingerprint(*host_keys[peer.name])}) "
+                            "is not among its /etc/ssh/ssh_host_*_key.pub; refusing to teach it to "
+                            f"{node.name} (is another sshd answering on {peer.host}?)")
+            continue
+        change, problems = _known_hosts_change(node, peer, mine.known_hosts, theirs.host_keys)
         changes += [change] if change else []
         refusals += problems
     return changes, refusals
 
 
 def _known_hosts_change(node: Node, peer: Node, known_hosts: str | None,
-                        expected: tuple[str, str]) -> tuple[steps.Change | None, list[str]]:
-    missing, problems = [], []
-    for name in peer_names(peer):
-        keys = known_keys(known_hosts, name)
-        same_type = [key for key in keys if key[0] == expected[0]]
-        if any(key != expected for key in same_type):
-            other = next(key for key in same_type if key != expected)
-            problems.append(f"{node.name}: ~/.ssh/known_hosts has another host key for {name} "
-                            f"({fingerprint(*other)}) than {peer.name} showed this machine "
-                            f"({fingerprint(*expected)}); refusing (fix, if {peer.name} was reinstalled: "
-                            f"ssh-keygen -R {name} on {node.name})")
-        elif expected not in keys:
-            missing.append(name)
-    if problems or not missing:
-        return None, problems
+                        peer_keys: tuple[tuple[str, str], ...]) -> tuple[steps.Change | None, list[str]]:
+    """Lines teaching node every peer host key under the peer's QSFP addresses and name."""
+    lines, problems = [], []
+    for expected in peer_keys:
+        missing = []
+        for name in peer_names(peer):
+            keys = known_keys(known_hosts, name)
+            other = next((key for key in keys if key[0] == expected[0] and key != expected), None)
+            if other is not None:
+                problems.append(f"{node.name}: ~/.ssh/known_hosts has another host key for {name} "
+                                f"({fingerprint(*other)}) than {peer.name} has ({fingerprint(*expected)}); "
+                                f"refusing (fix, if {peer.name} was reinstalled: ssh-keygen -R {name} on {node.name})")
+            elif expected not in keys:
+                missing.append(name)
+        if missing:
+            lines.append(f"{','.join(missing)} {expected[0]} {expected[1]}")
+    if problems or not lines:
+        return None, sorted(set(problems))
     content = known_hosts or ""
-    content += ("" if not content or content.endswith("\n") else "\n") + f"{','.join(missing)} {expected[0]} {expected[1]}\n"
+    content += ("" if not content or content.endswith("\n") else "\n") + "\n".join(lines) + "\n"
     return steps.write_change(node.name, "~/.ssh/known_hosts", known_hosts, content, mode=0o600,
-                              summary=f"learn {peer.name}'s host key for {', '.join(missing)}"), []
+                              summary=f"learn {peer.name}'s host keys for {', '.join(peer_names(peer))}"), []
 
 
 def verify_trust(pair: Pair, inventory: Inventory) -> list[str]:

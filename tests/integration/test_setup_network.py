@@ -105,7 +105,7 @@ def test_unreachable_node_stops_everything_before_any_change(pristine, sparkpair
 
 
 def test_stale_peer_host_key_on_a_node_is_refused_with_both_fingerprints(pristine, sparkpair) -> None:
-    bogus = pristine.exec("spark-a", "ssh-keygen -q -t rsa -N '' -f /tmp/bogus && cat /tmp/bogus.pub").stdout.split()
+    bogus = pristine.exec("spark-a", "rm -f /tmp/bogus* && ssh-keygen -q -t rsa -N '' -f /tmp/bogus && cat /tmp/bogus.pub").stdout.split()
     pristine.exec("spark-a", f"install -d -o nvidia -m 700 /home/nvidia/.ssh && echo '198.19.1.12 {bogus[0]} "
                              f"{bogus[1]}' > /home/nvidia/.ssh/known_hosts && chown nvidia /home/nvidia/.ssh/known_hosts")
     run = sparkpair("setup-network", "--dry-run")
@@ -118,7 +118,7 @@ def test_changed_host_key_of_a_node_is_refused(pristine, tmp_path: Path) -> None
     data = yaml.safe_load(Path(pristine.inventory).read_text())
     known = tmp_path / "known_hosts"
     real = Path(data["cluster"]["known_hosts"]).read_text().splitlines()
-    forged = pristine.exec("spark-a", "ssh-keygen -q -t ed25519 -N '' -f /tmp/forged && cat /tmp/forged.pub").stdout
+    forged = pristine.exec("spark-a", "rm -f /tmp/forged* && ssh-keygen -q -t ed25519 -N '' -f /tmp/forged && cat /tmp/forged.pub").stdout
     known.write_text("\n".join(l for l in real if not l.startswith("198.18.0.12 ")) + "\n"
                      + f"198.18.0.12 {' '.join(forged.split()[:2])}\n")
     data["cluster"]["known_hosts"] = str(known)

@@ -187,7 +187,7 @@ def test_model_missing_on_rank_1_stops_every_rank(tmp_path, cache):
     assert f"OSError: rank 1 on {socket.gethostname()}:" in output
     assert "couldn't find them in the cached files" in output
     assert str(empty / "models--nvidia--Qwen3-235B-A22B-FP4") in output
-    assert "1 of 2 rank(s) could not find the model files (rank 1 on" in output
+    assert "1 of 2 rank(s) failed their startup checks (rank 1 on" in output
     assert "Application startup complete" not in output
 
 

@@ -213,3 +213,16 @@ def test_local_directory_model_is_listed_by_basename(tmp_path, cache):
         assert json.loads(http_get(f"http://127.0.0.1:{port}/metrics")[1]) == []
     finally:
         job.stop()
+
+
+def test_nccl_socket_interface_must_exist_on_the_rank_node() -> None:
+    """NCCL's bootstrap gives up when NCCL_SOCKET_IFNAME matches none of the node's interfaces."""
+    from simengine.node_checks import _interface_matches, check_socket_interfaces
+
+    assert _interface_matches("enp1s0f1np1,enP2p1s0f1np1", ["lo", "enp1s0f1np1"]) == ["enp1s0f1np1"]
+    assert _interface_matches("=enp1", ["enp1s0f1np1"]) == []
+    assert _interface_matches("^lo", ["lo", "eth0"]) == ["eth0"]
+    assert check_socket_interfaces(0, "h", {}) is None
+    assert check_socket_interfaces(0, "h", {"NCCL_SOCKET_IFNAME": "lo"}) is None
+    failure = check_socket_interfaces(1, "spark-b", {"NCCL_SOCKET_IFNAME": "enp9s9np9"})
+    assert "NCCL WARN Bootstrap : no socket interface found" in failure and "rank 1 on spark-b" in failure

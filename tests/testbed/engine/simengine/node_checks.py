@@ -49,9 +49,40 @@ def check_model(name, revision, what, rank, host, env=None):
     return _check_hub_id(name, revision, what, rank, host, env)
 
 
+def _interface_matches(spec, names):
+    """NCCL_SOCKET_IFNAME semantics: comma list of prefixes; `=` exact names; `^` excludes."""
+    exclude = spec.startswith("^")
+    exact = spec.lstrip("^").startswith("=")
+    wanted = [w for w in spec.lstrip("^").lstrip("=").split(",") if w]
+    hit = [n for n in names if any(n == w if exact else n.startswith(w) for w in wanted)]
+    return [n for n in names if n not in hit and n != "lo"] if exclude else hit
+
+
+def check_socket_interfaces(rank, host, env=None):
+    """None when NCCL's bootstrap finds an interface NCCL_SOCKET_IFNAME allows, else NCCL's failure.
+
+    Real NCCL gives up at bootstrap when the variable matches no interface of the rank's node.
+    """
+    env = os.environ if env is None else env
+    spec = env.get("NCCL_SOCKET_IFNAME", "")
+    if not spec:
+        return None
+    import socket
+    names = [name for _, name in socket.if_nameindex()]
+    if _interface_matches(spec, names):
+        return None
+    return (f"{host}:{os.getpid()}:{os.getpid()} [{rank}] NCCL WARN Bootstrap : no socket interface found\n"
+            f"RuntimeError: rank {rank} on {host}: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO "
+            f"for details); NCCL_SOCKET_IFNAME={spec} matches none of {', '.join(names)}")
+
+
 def check_node(config, rank, host, env=None):
-    """All problems of this rank: target model and, when speculation needs one, the draft model."""
+    """All problems of this rank: the NCCL interfaces, the target model and, when speculation needs one,
+    the draft model."""
     problems = []
+    interfaces = check_socket_interfaces(rank, host, env)
+    if interfaces:
+        problems.append(interfaces)
     target = check_model(config.model, config.revision, "model", rank, host, env)
     if target:
         problems.append(target)

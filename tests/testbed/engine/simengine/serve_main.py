@@ -128,7 +128,7 @@ def check_every_node(world, config, env, log):
     failed = [(rank, host) for rank, (host, found) in enumerate(everyone) if found]
     if failed and world.rank == 0:
         where = ", ".join(f"rank {rank} on {host}" for rank, host in failed)
-        log.error(f"{len(failed)} of {world.size} rank(s) could not find the model files ({where}); "
+        log.error(f"{len(failed)} of {world.size} rank(s) failed their startup checks ({where}); "
                   "aborting before serving.")
     return not failed
 

@@ -1,0 +1,164 @@
+"""sparkpair launch / status / logs / stop on the simulated pair: TP=2 across both nodes for real."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from openai import OpenAI
+
+from conftest import run_sparkpair
+
+MODEL = "nvidia/Qwen3-235B-A22B-FP4"
+HEAD_URL = "http://198.18.0.11:8355/v1"
+
+
+def _containers(bed, node: str) -> str:
+    return bed.exec(node, "docker ps -a --format '{{.Names}} {{.Status}}'").stdout
+
+
+def _variant(bed, tmp_path: Path, **changes) -> Path:
+    data = yaml.safe_load(Path(bed.inventory).read_text())
+    for dotted, value in changes.items():
+        section, key = dotted.split("__")
+        data[section][key] = value
+    path = tmp_path / "inventory.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture
+def stopped(networked, sparkpair):
+    """A networked pair with no engine running before and after the test."""
+    sparkpair("stop")
+    yield networked
+    sparkpair("stop")
+
+
+def test_launch_serves_completions_and_streamed_chat_across_both_nodes(stopped, sparkpair) -> None:
+    run = sparkpair("launch", "--timeout", "120")
+    assert run.code == 0, run.text
+    assert f"serving: {HEAD_URL}" in run.out and "ready in" in run.out
+    client = OpenAI(base_url=HEAD_URL, api_key="none")
+    completion = client.completions.create(model=MODEL, prompt="Paris is great because", max_tokens=16)
+    assert completion.choices[0].text.strip() and completion.usage.completion_tokens == 16
+    stream = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hello"}],
+                                            max_tokens=12, stream=True)
+    pieces = [chunk.choices[0].delta.content for chunk in stream if chunk.choices and chunk.choices[0].delta.content]
+    assert len("".join(pieces).split()) == 12
+    status = sparkpair("status", "--json")
+    assert status.code == 0, status.text
+    data = json.loads(status.out)
+    assert data["state"] == "serving" and data["model"] == MODEL and data["health"] == "ok"
+    assert data["requests"] >= 2 and 0 < data["acceptance_rate"] < 1
+    assert all(node["ranks_alive"] > 0 for node in data["nodes"].values())
+    logs = sparkpair("logs", "--tail", "50")
+    assert "==> spark-a (rank 0) <==" in logs.out and "Application startup complete." in logs.out
+    again = sparkpair("launch", "--timeout", "60")
+    assert again.code == 0 and "already running with this configuration" in again.out, again.text
+
+
+def test_a_dead_worker_rank_shows_as_degraded_and_stop_cleans_both_nodes(stopped, sparkpair) -> None:
+    assert sparkpair("launch", "--timeout", "120").code == 0
+    stopped.exec("spark-b", "docker exec trtllm-multinode pkill -KILL -f '[t]rtllm-serve'")
+    request = OpenAI(base_url=HEAD_URL, api_key="none", max_retries=0, timeout=15)
+    with pytest.raises(Exception):
+        request.completions.create(model=MODEL, prompt="x", max_tokens=4)
+    status = stopped.wait_until(lambda: (lambda r: r if json.loads(r.out)["state"] == "degraded" else None)(
+        sparkpair("status", "--json")), 30, "status to say degraded")
+    assert status.code == 1 and "rank gone on" in json.loads(status.out)["reason"]
+    first, second = sparkpair("stop"), sparkpair("stop")
+    assert first.code == 0 and "spark-b: removed trtllm-multinode" in first.out
+    assert second.code == 0 and "spark-b: no trtllm-multinode container" in second.out
+    for node in ("spark-a", "spark-b"):
+        assert "trtllm-multinode" not in _containers(stopped, node)
+        assert stopped.exec(node, f"test -d /home/nvidia/.cache/huggingface/hub/models--nvidia--Qwen3-235B-A22B-FP4",
+                            check=False).returncode == 0
+    assert json.loads(sparkpair("status", "--json").out)["state"] == "stopped"
+
+
+@pytest.mark.parametrize("fault,node,check,expected", [
+    ("port-busy", "spark-a", "ports.serving", "port 8355 held by python3"),
+    ("image-mismatch", "spark-b", "docker.image-match", "different image IDs under one tag"),
+    ("peer-key-missing", "spark-b", "trust.ssh", "Permission denied (publickey"),
+    ("gpu-missing", "spark-b", "platform.gpu", "no GPU visible"),
+])
+def test_launch_critical_faults_fail_fast_with_their_cause(stopped, sparkpair, fault, node, check, expected) -> None:
+    stopped.fault(fault, node=node)
+    started = time.monotonic()
+    run = sparkpair("launch", "--timeout", "60")
+    assert run.code == 1
+    assert check in run.out and expected in run.out, run.text
+    assert "launch-critical check(s) FAIL; nothing was started" in run.err
+    assert time.monotonic() - started < 20
+    for name in ("spark-a", "spark-b"):
+        assert "trtllm-multinode" not in _containers(stopped, name)
+
+
+def test_model_missing_on_worker_is_copied_back_or_refused_with_cached(stopped, sparkpair) -> None:
+    assert sparkpair("launch", "--timeout", "120").code == 0
+    assert sparkpair("stop").code == 0
+    stopped.fault("model-missing-on-worker")
+    refused = sparkpair("launch", "--model-source", "cached", "--timeout", "60")
+    assert refused.code == 1
+    assert f"spark-b: {MODEL} is missing on spark-b; --model-source cached copies nothing" in refused.err
+    healed = sparkpair("launch", "--timeout", "120")
+    assert healed.code == 0, healed.text
+    assert f"spark-b: {MODEL} missing; copying from spark-a" in healed.err
+
+
+def test_wrong_interface_is_diagnosed_from_the_ranks_logs_and_torn_down(stopped, tmp_path: Path) -> None:
+    inventory = _variant(stopped, tmp_path, container__env={"NCCL_SOCKET_IFNAME": "enp9s9np9"})
+    run = run_sparkpair(inventory, "launch", "--timeout", "60")
+    assert run.code == 1
+    assert "NCCL WARN Bootstrap : no socket interface found" in run.err
+    assert "cause: NCCL or Gloo bound the wrong network interface" in run.err
+    for node in ("spark-a", "spark-b"):
+        assert "trtllm-multinode" not in _containers(stopped, node)
+
+
+def test_sshd_transport_serves_too(stopped, tmp_path: Path) -> None:
+    inventory = _variant(stopped, tmp_path, container__mpi_transport="sshd")
+    try:
+        run = run_sparkpair(inventory, "launch", "--timeout", "120")
+        assert run.code == 0, run.text
+        listening = stopped.exec("spark-b", "ss -Htln | grep -c ':2233 '", check=False).stdout.strip()
+        assert listening != "0"
+        answer = OpenAI(base_url=HEAD_URL, api_key="none").completions.create(model=MODEL, prompt="a", max_tokens=4)
+        assert answer.usage.completion_tokens == 4
+    finally:
+        run_sparkpair(inventory, "stop")
+
+
+def test_air_gapped_launch_from_a_staged_cache(stopped, sparkpair) -> None:
+    assert sparkpair("launch", "--timeout", "120").code == 0
+    assert sparkpair("stop").code == 0
+    stopped.exec("spark-a", "rm -rf /home/nvidia/staged && mkdir -p /home/nvidia/staged && "
+                            "mv /home/nvidia/.cache/huggingface/hub/models--nvidia--Qwen3-235B-A22B-* /home/nvidia/staged/ && "
+                            "chown -R nvidia: /home/nvidia/staged")
+    stopped.exec("spark-b", "rm -rf /home/nvidia/.cache/huggingface/hub/models--nvidia--Qwen3-235B-A22B-*")
+    run = sparkpair("launch", "--model-source", "local:/home/nvidia/staged", "--timeout", "120")
+    assert run.code == 0, run.text
+    assert "copied from /home/nvidia/staged/models--nvidia--Qwen3-235B-A22B-FP4" in run.err
+    assert "hf download" not in run.text and "Fetching" not in run.text
+
+
+def test_single_node_profile_serves_on_the_chosen_node(stopped, sparkpair) -> None:
+    run = sparkpair("launch", "gpt-oss-120b", "--node", "spark-b", "--timeout", "120")
+    assert run.code == 0, run.text
+    assert "serving: http://198.18.0.12:8355/v1" in run.out
+    answer = OpenAI(base_url="http://198.18.0.12:8355/v1", api_key="none").completions.create(
+        model="openai/gpt-oss-120b", prompt="a", max_tokens=3)
+    assert answer.usage.completion_tokens == 3
+    assert "trtllm-multinode" not in _containers(stopped, "spark-a")
+
+
+def test_dry_run_starts_nothing(stopped, sparkpair) -> None:
+    run = sparkpair("launch", "--dry-run")
+    assert run.code == 0, run.text
+    assert "serve: mpirun -np 2" in run.out and "trtllm-llmapi-launch trtllm-serve" in run.out
+    for node in ("spark-a", "spark-b"):
+        assert "trtllm-multinode" not in _containers(stopped, node)
