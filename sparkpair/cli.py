@@ -40,6 +40,14 @@ class App:
             self._inventory = read_inventory(self.inventory_path)
         return self._inventory
 
+    def locked(self, pair: Any, command: str, dry_run: bool = False) -> Any:
+        """The pair's lock on the head (no lock for a dry run, which changes nothing)."""
+        import contextlib
+
+        from sparkpair import lock, report
+
+        return contextlib.nullcontext() if dry_run else lock.held(pair.head, command, report.warning)
+
     def pair(self, **options: Any) -> Any:
         """Connections to both nodes (opened lazily); `-vv` traces every remote command."""
         from sparkpair import report
@@ -137,7 +145,9 @@ def setup_network_cmd(app: App, dry_run: bool, yes: bool, restore: bool, skip_ss
 
     options = Options(dry_run=dry_run, yes=yes, restore=restore, skip_ssh=skip_ssh, replace=replace)
     with app.pair(accept_new_host_keys=accept_new_host_keys) as pair:
-        return setup_network(pair, app.inventory, options)
+        pair.connect()
+        with app.locked(pair, "setup-network", dry_run):
+            return setup_network(pair, app.inventory, options)
 
 
 @cli.command("doctor")
@@ -194,7 +204,9 @@ def launch_cmd(app: App, profile: str | None, dry_run: bool, timeout: float, no_
     options = LaunchOptions(_known_profile(inv, profile), dry_run, timeout, not no_wait, model_source, replace,
                             keep_on_failure, node)
     with app.pair() as pair:
-        return launch(pair, inv, options)
+        pair.connect()
+        with app.locked(pair, f"launch {options.profile}", dry_run):
+            return launch(pair, inv, options)
 
 
 @cli.command("status")
@@ -237,8 +249,61 @@ def stop_cmd(app: App) -> int:
 
     with app.pair() as pair:
         pair.connect()
-        for name, outcome in lifecycle.stop(pair, app.inventory).items():
-            report.line(f"{name}: {outcome}")
+        with app.locked(pair, "stop"):
+            for name, outcome in lifecycle.stop(pair, app.inventory).items():
+                report.line(f"{name}: {outcome}")
+    return 0
+
+
+@cli.command("bench")
+@click.argument("profile", required=False)
+@click.option("--concurrency", default="1", show_default=True, metavar="N,..", help="Concurrent streams to test.")
+@click.option("--requests", "requests_", type=click.IntRange(1, 100000), default=20, show_default=True,
+              help="Measured requests per concurrency level (after warm-up).")
+@click.option("--max-tokens", type=click.IntRange(1, 32768), default=128, show_default=True)
+@click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="JSONL prompts ({\"prompt\": ...} or {\"messages\": [...]}) instead of the bundled set.")
+@click.option("--compare-baseline", is_flag=True, help="Also relaunch without the draft and report the speedup.")
+@click.option("--draft-len", metavar="N,..", help="Relaunch for each max_draft_len and measure each.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("bench-results"),
+              show_default=True, help="Where results.json, results.csv, plots and summary.md go.")
+@click.option("--json", "as_json", is_flag=True, help="Results as JSON on stdout.")
+@pass_app
+def bench_cmd(app: App, profile: str | None, concurrency: str, requests_: int, max_tokens: int, prompts: Path | None,
+              compare_baseline: bool, draft_len: str | None, out_dir: Path, as_json: bool) -> int:
+    """Measure what speculative decoding buys: TTFT, tokens/s, latency percentiles, draft acceptance."""
+    from sparkpair.bench import BenchOptions, run_bench
+
+    inv = app.inventory
+    options = BenchOptions(profile=_known_profile(inv, profile), concurrency=_int_list(concurrency, "--concurrency"),
+                           requests=requests_, max_tokens=max_tokens, prompts=prompts,
+                           compare_baseline=compare_baseline,
+                           draft_lengths=_int_list(draft_len, "--draft-len") if draft_len else [],
+                           out_dir=out_dir, as_json=as_json)
+    with app.pair() as pair:
+        pair.connect()
+        with app.locked(pair, f"bench {options.profile}", dry_run=not (compare_baseline or draft_len)):
+            return run_bench(pair, inv, options)
+
+
+def _int_list(value: str, option: str) -> list[int]:
+    try:
+        numbers = [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}", param_hint=option) from None
+    if not numbers or any(n < 1 or n > 4096 for n in numbers):
+        raise click.BadParameter(f"expected integers from 1 to 4096, got {value!r}", param_hint=option)
+    return numbers
+
+
+@cli.command("unlock")
+@pass_app
+def unlock_cmd(app: App) -> int:
+    """Remove the pair's lock left by a sparkpair run that is gone (it names the holder)."""
+    from sparkpair import lock, report
+
+    with app.pair() as pair:
+        report.line(f"{pair.head.name}: {lock.force_unlock(pair.head)}")
     return 0
 
 

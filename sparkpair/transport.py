@@ -171,6 +171,8 @@ class NodeConnection:
                                       in_stream=io.StringIO(stdin) if stdin is not None else False)
         except invoke.exceptions.CommandTimedOut as error:
             return CommandResult(self.name, text, 124, error.result.stdout, f"timed out after {timeout} s")
+        except invoke.exceptions.ThreadException as error:  # e.g. the command exited before reading stdin
+            return CommandResult(self.name, text, 255, "", f"I/O with the command failed: {error.exceptions}")
         except (OSError, EOFError, paramiko.SSHException) as error:
             raise ConnectError(f"connection lost while running `{text}`: {error}", node=self.name) from None
         return CommandResult(self.name, text, result.exited, result.stdout, result.stderr)

@@ -1,0 +1,103 @@
+"""One sparkpair at a time per pair: a lock file on the head node that names its holder.
+
+Taken by every command that changes the nodes. Creation is atomic on the node (the shell's
+hard link of a private file). A lock whose holder ran on this machine and is gone is stale and is
+replaced with a warning; any other lock stops the command and names who holds it since when.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+
+from sparkpair import recipe
+from sparkpair.errors import SparkpairError
+from sparkpair.transport import NodeConnection, Shell
+
+LOCK_FILE = f"{recipe.NODE_STATE_DIR}/lock"
+
+
+def holder(command: str) -> dict[str, object]:
+    """Who this run is, as written into the lock."""
+    return {"user": getpass.getuser(), "host": socket.gethostname(), "pid": os.getpid(),
+            "command": command, "since": time.time()}
+
+
+def describe(info: dict[str, object]) -> str:
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(info.get("since", 0))))
+    return f"{info.get('user')}@{info.get('host')} pid {info.get('pid')} ({info.get('command')}, since {since})"
+
+
+def is_stale(info: dict[str, object]) -> bool:
+    """True when the holder ran on this machine and its process is gone."""
+    if info.get("host") != socket.gethostname():
+        return False
+    try:
+        os.kill(int(info.get("pid", 0)), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, ValueError):
+        return False
+    return False
+
+
+def _try_take(head: NodeConnection, mine: dict[str, object]) -> dict[str, object] | None:
+    """Create the lock (a private file hard-linked into place: atomic, fails if it exists);
+    None when taken, else the current holder's record."""
+    path = f"{head.home}/{LOCK_FILE}"
+    staged = f"{path}.{mine['host']}.{mine['pid']}"
+    head.check(Shell("mkdir -p {}", os.path.dirname(path)))
+    head.put(json.dumps(mine), staged, mode=0o600)
+    result = head.run(Shell("ln {} {} 2>/dev/null; rc=$?; rm -f {}; exit $rc", staged, path, staged))
+    if result.ok:
+        return None
+    raw = head.read(path)
+    try:
+        return json.loads(raw) if raw else {"command": "unknown (empty lock file)"}
+    except ValueError:
+        return {"command": "unknown (unreadable lock file)"}
+
+
+def release(head: NodeConnection, mine: dict[str, object]) -> None:
+    """Remove the lock if it is still ours."""
+    path = f"{head.home}/{LOCK_FILE}"
+    raw = head.read(path)
+    if raw and json.loads(raw).get("pid") == mine["pid"] and json.loads(raw).get("host") == mine["host"]:
+        head.run(Shell("rm -f {}", path))
+
+
+@contextlib.contextmanager
+def held(head: NodeConnection, command: str, warn: object = None) -> Iterator[None]:
+    """Hold the pair's lock for the duration of a changing command."""
+    mine = holder(command)
+    current = _try_take(head, mine)
+    if current is not None and is_stale(current):
+        if callable(warn):
+            warn(f"removing a stale lock left by {describe(current)}")
+        head.run(Shell("rm -f {}", f"{head.home}/{LOCK_FILE}"))
+        current = _try_take(head, mine)
+    if current is not None:
+        raise SparkpairError(f"another sparkpair run holds the pair: {describe(current)}", node=head.name,
+                             hint="wait for it; if it is gone, sparkpair unlock")
+    try:
+        yield
+    finally:
+        release(head, mine)
+
+
+def force_unlock(head: NodeConnection) -> str:
+    """Remove the lock whoever holds it; what it said."""
+    path = f"{head.home}/{LOCK_FILE}"
+    raw = head.read(path)
+    if raw is None:
+        return "no lock"
+    head.check(Shell("rm -f {}", path))
+    try:
+        return f"removed the lock of {describe(json.loads(raw))}"
+    except ValueError:
+        return "removed an unreadable lock"
