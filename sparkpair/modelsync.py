@@ -63,11 +63,14 @@ def copy_to(head: NodeConnection, inventory: Inventory, repo: str, progress: Pro
                              node=head.name, hint="sparkpair doctor --only trust,path")
 
 
-def link(connection: NodeConnection, inventory: Inventory, repo: str, revision: str) -> None:
-    """Point HF_HOME/sparkpair-models/org--name at the verified snapshot."""
-    name, target = recipe.snapshot_link(repo, revision)
+def link(connection: NodeConnection, inventory: Inventory, revisions: dict[str, str]) -> None:
+    """Point HF_HOME/sparkpair-models/org--name at each repo's verified snapshot (one round trip)."""
     cache = recipe.hf_cache_on_node(inventory, connection.home)
-    connection.check(Shell("mkdir -p {} && ln -sfn {} {}", f"{cache}/{recipe.MODEL_LINKS}", target, f"{cache}/{name}"))
+    commands = [Shell("mkdir -p {}", f"{cache}/{recipe.MODEL_LINKS}")]
+    for repo, revision in revisions.items():
+        name, target = recipe.snapshot_link(repo, revision)
+        commands.append(Shell("ln -sfn {} {}", target, f"{cache}/{name}"))
+    connection.check(Shell.compose(commands, " && "))
 
 
 def ensure_models(pair: Pair, inventory: Inventory, repos: list[str], nodes: list[str], source: str,
@@ -86,9 +89,9 @@ def ensure_models(pair: Pair, inventory: Inventory, repos: list[str], nodes: lis
     for name in nodes[1:]:
         _match_worker(pair, inventory, head, pair.nodes[name], on_head, source, progress)
     revisions = {repo: str(manifest.revision) for repo, manifest in on_head.items()}
-    for name in nodes:
-        for repo, revision in revisions.items():
-            link(pair.nodes[name], inventory, repo, revision)
+    for name, result in pair.each(lambda connection: link(connection, inventory, revisions), names=nodes).items():
+        if isinstance(result, BaseException):
+            raise result
     return revisions
 
 

@@ -75,9 +75,9 @@ def paired(testbed):
     return keys
 
 
-def test_fresh_nodes_look_like_unconfigured_sparks(testbed):
-    if not testbed.brought_up:
-        pytest.skip("the pair was already up before this session: its state is not fresh")
+def test_fresh_nodes_look_like_unconfigured_sparks(pristine):
+    """After `up` (or the `pristine` reset of what sparkpair configures) the twins are bare."""
+    testbed = pristine
     for node in NODES:
         for twin in TWINS:
             assert "UP" not in link(testbed, node, twin)["flags"], f"{node}:{twin} should be DOWN"

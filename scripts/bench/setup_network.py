@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""Wall time of `sparkpair setup-network --yes` on the simulated pair: cold (fresh twins, no keys)
+and a no-op second run. Needs root and the pair (scripts/testbed up); takes the pair's lock.
+
+Usage: .venv/bin/python scripts/bench/setup_network.py [RUNS]
+"""
+
+from __future__ import annotations
+
+import fcntl
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TESTBED = ROOT / "scripts" / "testbed"
+RESET = ("docker rm -f trtllm-multinode >/dev/null 2>&1; rm -f /etc/netplan/40-sparkpair-cx7.yaml; "
+         "rm -rf /home/nvidia/.sparkpair /home/nvidia/.ssh/id_ed25519 /home/nvidia/.ssh/id_ed25519.pub "
+         "/home/nvidia/.ssh/known_hosts; sed -i '/sparkpair@/d' /home/nvidia/.ssh/authorized_keys; "
+         "for i in enp1s0f1np1 enP2p1s0f1np1; do ip addr flush dev $i; ip link set dev $i down mtu 1500; done")
+
+
+def inventory() -> str:
+    return subprocess.run([str(TESTBED), "inventory"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def timed_setup(path: str) -> float:
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "sparkpair", "-i", path, "setup-network", "--yes"], cwd=ROOT,
+                   check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    with open("/tmp/sparkpair-pair.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run([str(TESTBED), "up"], check=True, capture_output=True)
+        path = inventory()
+        cold, noop = [], []
+        for _ in range(runs):
+            for node in ("spark-a", "spark-b"):
+                subprocess.run([str(TESTBED), "exec", node, "--", "sh", "-c", RESET], check=True)
+            cold.append(timed_setup(path))
+            noop.append(timed_setup(path))
+    print(f"setup-network cold (netplan, keys, host keys, verified both ways): "
+          f"median {statistics.median(cold):.2f} s over {runs} runs {[round(t, 2) for t in cold]}")
+    print(f"setup-network no-op (plan, nothing to change, verified again):      "
+          f"median {statistics.median(noop):.2f} s {[round(t, 2) for t in noop]}")
+
+
+if __name__ == "__main__":
+    main()
