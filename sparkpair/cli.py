@@ -60,6 +60,16 @@ class App:
 pass_app = click.make_pass_decorator(App)
 
 
+class Seconds(click.FloatRange):
+    """A number of seconds within a range (click's FloatRange lets nan through every bound)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if number != number:
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return number
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("-i", "--inventory", "inventory_path", envvar="SPARKPAIR_INVENTORY", default="inventory.yaml",
               show_default=True, metavar="PATH", help="Inventory file (also $SPARKPAIR_INVENTORY).")
@@ -143,6 +153,8 @@ def setup_network_cmd(app: App, dry_run: bool, yes: bool, restore: bool, skip_ss
     """Address the QSFP twins with netplan (MTU included), exchange SSH keys, verify both ways."""
     from sparkpair.setup_network import Options, setup_network
 
+    if restore and dry_run:
+        raise click.UsageError("--restore changes both nodes; it cannot be combined with --dry-run")
     options = Options(dry_run=dry_run, yes=yes, restore=restore, skip_ssh=skip_ssh, replace=replace)
     with app.pair(accept_new_host_keys=accept_new_host_keys) as pair:
         pair.connect()
@@ -155,7 +167,7 @@ def setup_network_cmd(app: App, dry_run: bool, yes: bool, restore: bool, skip_ss
 @click.option("--json", "as_json", is_flag=True, help="Findings as JSON.")
 @click.option("--deep", is_flag=True, help="Also run MPI across both nodes inside the engine container.")
 @click.option("--only", metavar="ID,..", help="Only these check ids or groups (e.g. links,path).")
-@click.option("--timeout", type=click.FloatRange(1, 3600), default=60.0, show_default=True,
+@click.option("--timeout", type=Seconds(1, 3600), default=60.0, show_default=True,
               help="Seconds for connecting and for each node's probes.")
 @pass_app
 def doctor_cmd(app: App, profile: str | None, as_json: bool, deep: bool, only: str | None, timeout: float) -> int:
@@ -183,7 +195,7 @@ def doctor_cmd(app: App, profile: str | None, as_json: bool, deep: bool, only: s
 @cli.command("launch")
 @click.argument("profile", required=False)
 @click.option("--dry-run", is_flag=True, help="Preflight and show what would change; start nothing.")
-@click.option("--timeout", type=click.FloatRange(1, 86400), default=1800.0, show_default=True,
+@click.option("--timeout", type=Seconds(1, 86400), default=1800.0, show_default=True,
               help="Seconds to wait for the server to become ready.")
 @click.option("--no-wait", is_flag=True, help="Return once the engine is started.")
 @click.option("--model-source", default="hub", show_default=True, metavar="hub|cached|local:PATH",
@@ -242,13 +254,20 @@ def logs_cmd(app: App, node: str | None, tail: int, follow: bool) -> int:
 
 
 @cli.command("stop")
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
 @pass_app
-def stop_cmd(app: App) -> int:
+def stop_cmd(app: App, dry_run: bool) -> int:
     """Stop the engine on both nodes (idempotent); models stay in the caches."""
-    from sparkpair import lifecycle, report
+    from sparkpair import containers, lifecycle, report
 
     with app.pair() as pair:
         pair.connect()
+        if dry_run:
+            for name, connection in pair.nodes.items():
+                found = containers.find(connection, app.inventory.container.name)
+                report.line(f"{name}: " + (f"would remove {found.name} ({found.status})" if found else
+                                           f"no {app.inventory.container.name} container"))
+            return 0
         with app.locked(pair, "stop"):
             for name, outcome in lifecycle.stop(pair, app.inventory).items():
                 report.line(f"{name}: {outcome}")
@@ -279,7 +298,7 @@ def bench_cmd(app: App, profile: str | None, concurrency: str, requests_: int, m
                            requests=requests_, max_tokens=max_tokens, prompts=prompts,
                            compare_baseline=compare_baseline,
                            draft_lengths=_int_list(draft_len, "--draft-len") if draft_len else [],
-                           out_dir=out_dir, as_json=as_json)
+                           out_dir=out_dir, as_json=as_json, inventory_path=Path(app.inventory_path))
     with app.pair() as pair:
         pair.connect()
         with app.locked(pair, f"bench {options.profile}", dry_run=not (compare_baseline or draft_len)):
@@ -341,6 +360,10 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as done:
         return done.exit_code
     except click.ClickException as error:
+        from sparkpair.report import one_line
+
+        if not isinstance(error, getattr(click.exceptions, "NoArgsIsHelpError", ())):  # that one is the help
+            error.message = one_line(error.message)  # click quotes the operator's words verbatim
         error.show()
         return error.exit_code
     except click.exceptions.Abort:
@@ -355,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         return ExitStatus.OK
     except Exception as error:  # noqa: BLE001 (the one place that catches everything)
         path = _debug_log(error)
-        click.echo(f"error: internal error ({type(error).__name__}: {error}); details in {path}", err=True)
+        from sparkpair.report import one_line
+
+        click.echo(one_line(f"error: internal error ({type(error).__name__}: {error}); details in {path}"), err=True)
         return ExitStatus.FAILURE
 
 

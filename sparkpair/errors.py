@@ -61,3 +61,9 @@ class RemoteCommandError(SparkpairError):
         self.command = command
         self.remote_exit_code = exit_code
         self.stderr = stderr
+
+
+class Interrupted(SparkpairError):
+    """Ctrl-C: the command stopped where it was safe to; the message says what each node holds (exit 130)."""
+
+    exit_code = 130

@@ -241,13 +241,14 @@ def load_yaml_mapping(path: Path, max_bytes: int = 256 * 1024) -> dict[str, Any]
     """Read path as a YAML mapping; every way this can fail becomes one InventoryError line."""
     hint = f"copy inventory.example.yaml to {DEFAULT_PATH}, or pass -i PATH or set {ENV_VAR}"
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as handle:  # bounded: -i /dev/zero must not read forever
+            raw = handle.read(max_bytes + 1)
     except FileNotFoundError:
         raise InventoryError([f"{path}: no such file; {hint}"]) from None
     except OSError as error:
         raise InventoryError([f"{path}: cannot read: {error.strerror}; {hint}"]) from None
     if len(raw) > max_bytes:
-        raise InventoryError([f"{path}: {len(raw)} bytes; expected an inventory under {max_bytes} bytes"])
+        raise InventoryError([f"{path}: more than {max_bytes} bytes; expected an inventory under {max_bytes} bytes"])
     try:
         data = yaml.load(raw.decode("utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except UnicodeDecodeError:
@@ -270,7 +271,7 @@ def parse_inventory(data: dict[str, Any], source: str = DEFAULT_PATH) -> Invento
         inventory = Inventory.model_validate(data)
     except ValidationError as error:
         raise InventoryError(validation.describe(error, source, Inventory)) from None
-    problems = validation.pair_problems(inventory) + _profile_problems(inventory)
+    problems = validation.pair_problems(inventory) + validation.env_problems(inventory) + _profile_problems(inventory)
     if problems:
         raise InventoryError([f"{source}: {problem}" for problem in problems])
     return inventory

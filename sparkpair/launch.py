@@ -14,7 +14,7 @@ from sparkpair import containers, diagnose, hftoken, lifecycle, modelsync, recip
 from sparkpair.checks import Status, run_checks
 from sparkpair.checks.catalog import CHECKS, is_launch_critical
 from sparkpair.checks.collect import collect
-from sparkpair.errors import SparkpairError, UsageError
+from sparkpair.errors import Interrupted, SparkpairError, UsageError
 from sparkpair.inventory import Inventory
 from sparkpair.profiles import Profile
 from sparkpair.readiness import Readiness, wait_ready
@@ -90,32 +90,73 @@ def launch(pair: Pair, inventory: Inventory, options: LaunchOptions) -> int:
     changes = config_changes(pair, inventory, options, nodes)
     if options.dry_run:
         return _show_plan(pair, inventory, options, nodes, changes)
+    stage = ["writing the engine configuration"]
+    try:
+        return _apply(pair, inventory, options, profile, nodes, changes, start, stage)
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted while {stage[0]}; {_holdings(pair, inventory, nodes)}; every file sparkpair "
+                          f"wrote is whole. Continue with: sparkpair launch {options.profile}; undo with: "
+                          "sparkpair stop") from None
+
+
+def _apply(pair: Pair, inventory: Inventory, options: LaunchOptions, profile: Profile, nodes: list[str],
+           changes: list[steps.Change], start: float, stage: list[str]) -> int:
+    """Everything launch changes, in order; stage[0] names the step under way (for Ctrl-C)."""
     for name in nodes:
         pair.nodes[name].check(Shell("mkdir -p -m 700 {}", f"{pair.nodes[name].home}/{recipe.NODE_CONFIG_DIR}"))
     if changes:
         outcomes = steps.apply_changes(pair, changes, JOURNAL, progress=report.progress)
         if not all(outcome.ok for outcome in outcomes.values()):
             report.outcomes(outcomes)
+            if any(outcome.interrupted for outcome in outcomes.values()):
+                raise KeyboardInterrupt
             return 1
+    stage[0] = "placing the HF token"
     _place_token(pair, nodes)
+    stage[0] = "starting the engine containers"
     _start_containers(pair, inventory, options, nodes)
     if lifecycle.engine_running(pair.nodes[nodes[0]], inventory):
         if not changes:
             report.line("the engine is already running with this configuration")
+            stage[0] = "waiting for the engine to become ready"
             return _finish(pair, inventory, profile, nodes, options, start)
+        stage[0] = "stopping the engine that ran the old configuration"
         report.progress(nodes[0], "configuration changed: stopping the running engine")
         lifecycle.stop_engine(pair, inventory, nodes)
+    stage[0] = "getting the models onto every node (a rerun resumes)"
     revisions = modelsync.ensure_models(pair, inventory, profile.repos, nodes, options.model_source,
                                         report.progress)
     head = pair.nodes[nodes[0]]
     argv = recipe.mpirun_argv(inventory, profile)
+    stage[0] = "starting the engine"
     report.progress(head.name, "starting: " + recipe.shell_line(argv))
     lifecycle.start_engine(head, inventory, argv)
     lifecycle.write_state(head, {"profile": options.profile, "nodes": nodes, "started": time.time(),
                                  "revisions": revisions, "transport": inventory.container.mpi_transport,
                                  "image_id": containers.image_id(head, inventory.container.image),
                                  "endpoint": f"http://{inventory.node(nodes[0]).host}:{inventory.server.port}/v1"})
+    stage[0] = "waiting for the engine to become ready"
     return _finish(pair, inventory, profile, nodes, options, start)
+
+
+def _holdings(pair: Pair, inventory: Inventory, nodes: list[str]) -> str:
+    """What each rank node holds now, in words (after Ctrl-C: best effort, never raises)."""
+    name = inventory.container.name
+    parts = []
+    for index, node in enumerate(nodes):
+        try:
+            container = containers.find(pair.nodes[node], name)
+            if container is None:
+                parts.append(f"{node}: no engine container")
+                continue
+            engine = ""
+            if index == 0 and container.status == "running":
+                engine = ", engine running" if lifecycle.engine_running(pair.nodes[node], inventory) \
+                    else ", engine not started"
+            parts.append(f"{node}: engine container {name} {container.status}{engine}")
+        except Exception as error:  # noqa: BLE001 (a report after Ctrl-C must not hide the interrupt)
+            parts.append(f"{node}: state unknown ({type(error).__name__}; sparkpair status shows it)")
+    return "; ".join(parts)
 
 
 def _finish(pair: Pair, inventory: Inventory, profile: Profile, nodes: list[str], options: LaunchOptions,

@@ -17,7 +17,8 @@ import jinja2
 import yaml
 
 from sparkpair import llmapi, recipe, runbook
-from sparkpair.errors import RenderError
+from sparkpair.validation import one_line
+from sparkpair.errors import RenderError, UsageError
 from sparkpair.inventory import Inventory, Node
 
 NETPLAN_FILE = "40-sparkpair-cx7.yaml"
@@ -50,6 +51,7 @@ def _environment() -> jinja2.Environment:
         autoescape=False,
     )
     env.filters["to_yaml"] = lambda value: yaml.safe_dump(value, sort_keys=False, default_flow_style=False).rstrip()
+    env.filters["one_line"] = lambda value: one_line(str(value))  # free text in a comment cannot end it
     return env
 
 
@@ -147,11 +149,18 @@ def write_files(files: list[RenderedFile], out_dir: Path) -> list[Path]:
     written = []
     for item in files:
         target = out_dir / item.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(item.content)
-        os.chmod(temp, item.mode)
-        os.replace(temp, target)
+        temp = None
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, temp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(item.content)
+            os.chmod(temp, item.mode)
+            os.replace(temp, target)
+        except OSError as error:
+            if temp is not None and os.path.exists(temp):
+                os.unlink(temp)
+            raise UsageError(f"cannot write {target}: {error.strerror or error}",
+                             hint="choose a directory you can write to") from None
         written.append(target)
     return written

@@ -14,6 +14,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from sparkpair.validation import one_line
+
 
 @cache
 def out() -> Console:
@@ -39,13 +41,13 @@ def note(text: str) -> None:
 
 
 def error_lines(lines: list[str]) -> None:
-    """Each problem as one `error:` line on stderr."""
+    """Each problem as one `error:` line on stderr (values from the input cannot break the line)."""
     for text in lines:
-        err().print(f"[bold red]error:[/] {escape(text)}")
+        err().print(f"[bold red]error:[/] {escape(one_line(text))}")
 
 
 def warning(text: str) -> None:
-    err().print(f"[yellow]warning:[/] {escape(text)}")
+    err().print(f"[yellow]warning:[/] {escape(one_line(text))}")
 
 
 def emit_json(data: Any) -> None:
@@ -193,4 +195,53 @@ def status(result: Any) -> None:
     table = Table(show_header=False, box=None)
     for key, value in rows:
         table.add_row(key, escape(str(value)))
+    out().print(table)
+
+
+def bench_stage(text: str) -> None:
+    """A step of sparkpair bench (relaunch, restore) on stderr."""
+    err().print(f"[bold]bench:[/] {escape(text)}")
+
+
+def bench_progress(description: str, total: int) -> Any:
+    """A context manager: a progress bar on stderr while requests run; it yields advance()
+    (safe to call from the request threads)."""
+    import contextlib
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    @contextlib.contextmanager
+    def running() -> Any:
+        if not err().is_terminal:  # no bar in logs and pipes: the line per measured point says enough
+            yield lambda: None
+            return
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("requests"),
+                   TimeElapsedColumn())
+        with Progress(*columns, console=err(), transient=True) as bar:
+            task = bar.add_task(description, total=total)
+            yield lambda: bar.advance(task)
+
+    return running()
+
+
+def bench_level(row: dict[str, Any]) -> None:
+    """One measured point of sparkpair bench, as a line on stderr."""
+    def number(key: str, digits: int) -> str:
+        return "-" if row.get(key) is None else f"{row[key]:.{digits}f}"
+
+    acceptance = "-" if row.get("acceptance_rate") is None else f"{100 * row['acceptance_rate']:.1f}%"
+    note(f"{row['config']}, {row['concurrency']} stream(s): {number('aggregate_tokens_per_s', 1)} tok/s total, "
+         f"TTFT p50 {number('ttft_ms_p50', 0)} ms, acceptance {acceptance}, "
+         f"{row['errors']} of {row['requests']} failed")
+
+
+def bench_results(headers: list[str], cells: list[list[str]]) -> None:
+    """The benchmark's results table on stdout."""
+    from rich.table import Table
+
+    table = Table(title="sparkpair bench", title_justify="left")
+    for header in headers:
+        table.add_column(header, justify="left" if header == "config" else "right", no_wrap=header == "config")
+    for row in cells:
+        table.add_row(*(escape(cell) for cell in row))
     out().print(table)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkpair import network, report, steps, trust
-from sparkpair.errors import SparkpairError
+from sparkpair.errors import Interrupted
 from sparkpair.inventory import Inventory
 from sparkpair.transport import Pair
 
@@ -23,42 +23,63 @@ class Options:
     replace: bool = False
 
 
-class Interrupted(SparkpairError):
-    exit_code = 130
-
-
 def setup_network(pair: Pair, inventory: Inventory, options: Options) -> int:
     """Plan, show, apply and verify; the exit status."""
     pair.connect()
     if options.restore:
         return restore(pair, inventory)
-    facts = network.probe_nodes(pair)
-    plan = network.plan_network(inventory, facts, options.replace)
-    files = {} if options.skip_ssh else trust.probe_ssh_files(pair)
-    host_keys = {name: connection.server_key() for name, connection in pair.nodes.items()}
-    trust_changes, trust_refusals = ([], []) if options.skip_ssh else trust.trust_plan(inventory, files, host_keys)
-    key_changes = trust.key_changes(files)
-    stamp = steps.run_stamp()
-    report.plan(plan.changes + key_changes + trust_changes, plan.refusals + trust_refusals)
-    if plan.refusals or trust_refusals:
-        return 1
-    if options.dry_run:
-        return 0
-    if (plan.changes or key_changes or trust_changes) and not options.yes \
-            and not report.confirm("apply these changes to both nodes?"):
-        return 1
+    try:
+        facts = network.probe_nodes(pair)
+        plan = network.plan_network(inventory, facts, options.replace)
+        files = {} if options.skip_ssh else trust.probe_ssh_files(pair)
+        host_keys = {name: connection.server_key() for name, connection in pair.nodes.items()}
+        trust_changes, trust_refusals = ([], []) if options.skip_ssh else trust.trust_plan(inventory, files, host_keys)
+        key_changes = trust.key_changes(files)
+        stamp = steps.run_stamp()
+        report.plan(plan.changes + key_changes + trust_changes, plan.refusals + trust_refusals)
+        if plan.refusals or trust_refusals:
+            return 1
+        if options.dry_run:
+            return 0
+        if (plan.changes or key_changes or trust_changes) and not options.yes \
+                and not report.confirm("apply these changes to both nodes?"):
+            return 1
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted before any change; nothing was changed on either node") from None
     before = {node.name: {"twins_before": network.twins_snapshot(node, facts[node.name]["interfaces"])}
               for node in inventory.nodes}
     if plan.changes and not _apply_network(pair, inventory, plan.changes, before):
         return 1
-    problems = network.verify_link(pair, inventory)
+    try:
+        problems = network.verify_link(pair, inventory)
+    except KeyboardInterrupt:
+        _report_states(pair, inventory)
+        raise Interrupted("interrupted while verifying the link; both nodes keep the network configuration "
+                          f"{'just applied' if plan.changes else 'they had'} (states above). Verify it with: "
+                          "sparkpair setup-network --yes; undo with: sparkpair setup-network --restore") from None
     if problems:
         report.error_lines(problems)
         if plan.changes:
             _roll_back(pair, inventory, "the link did not verify")
         return 1
     report.line("link verified: carrier, addresses, MTU, pings and full-MTU don't-fragment pings both ways")
-    return 0 if options.skip_ssh else _establish_trust(pair, inventory, host_keys, key_changes, stamp)
+    if options.skip_ssh:
+        return 0
+    try:
+        return _establish_trust(pair, inventory, host_keys, key_changes, stamp)
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted while checking SSH trust; the network is applied and verified, the trust "
+                          "changes listed above are whole. Finish with: sparkpair setup-network --yes; undo with: "
+                          "sparkpair setup-network --restore") from None
+
+
+def _report_states(pair: Pair, inventory: Inventory) -> None:
+    """Each node's twins as they are now (after an interrupt: best effort, never raises)."""
+    for name, connection in pair.nodes.items():
+        try:
+            report.note(f"{name}: now {network.node_state(connection, inventory.node(name))}")
+        except Exception as error:  # noqa: BLE001 (a report after Ctrl-C must not hide the interrupt)
+            report.note(f"{name}: state unknown ({type(error).__name__}); sparkpair doctor --only links shows it")
 
 
 def _apply_network(pair: Pair, inventory: Inventory, changes: list[steps.Change],
@@ -66,10 +87,12 @@ def _apply_network(pair: Pair, inventory: Inventory, changes: list[steps.Change]
     outcomes = steps.apply_changes(pair, changes, network.JOURNAL, progress=report.progress, extra=before)
     if all(outcome.ok for outcome in outcomes.values()):
         return True
-    states = {name: network.node_state(connection, inventory.node(name)) for name, connection in pair.nodes.items()}
-    report.outcomes(outcomes, states)
+    report.outcomes(outcomes)
+    _report_states(pair, inventory)
     if any(outcome.interrupted for outcome in outcomes.values()):
-        raise Interrupted("interrupted; files are whole (atomic writes). Undo with: sparkpair setup-network --restore")
+        raise Interrupted("interrupted; each node finished the change it was making and every file is whole "
+                          "(atomic writes). Finish with: sparkpair setup-network --yes; undo with: "
+                          "sparkpair setup-network --restore")
     _roll_back(pair, inventory, "apply failed")
     return False
 
@@ -109,7 +132,8 @@ def _applied(pair: Pair, changes: list[steps.Change], stamp: str) -> bool:
         return True
     report.outcomes(outcomes)
     if any(outcome.interrupted for outcome in outcomes.values()):
-        raise Interrupted("interrupted; undo with: sparkpair setup-network --restore")
+        raise Interrupted("interrupted; each node finished the change it was making and every file is whole. "
+                          "Finish with: sparkpair setup-network --yes; undo with: sparkpair setup-network --restore")
     return False
 
 

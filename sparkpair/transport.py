@@ -9,6 +9,7 @@ argv lists or `Shell` templates whose slots are quoted here.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import http.client
 import io
@@ -200,17 +201,19 @@ class NodeConnection:
         """Write a file atomically: upload beside it (or to a private temp) and rename into place."""
         data = content.encode() if isinstance(content, str) else content
         sftp = self._open().sftp()
-        if not sudo:
-            temp = f"{path}.sparkpair-{secrets.token_hex(4)}"
+        temp = f"{path}.sparkpair-{secrets.token_hex(4)}" if not sudo else \
+            f"{self.home}/.sparkpair-upload-{secrets.token_hex(4)}"
+        try:
             with sftp.open(temp, "wb") as handle:
-                handle.chmod(mode)
+                handle.chmod(mode if not sudo else 0o600)
                 handle.write(data)
-            sftp.posix_rename(temp, path)
-            return
-        temp = f"{self.home}/.sparkpair-upload-{secrets.token_hex(4)}"
-        with sftp.open(temp, "wb") as handle:
-            handle.chmod(0o600)
-            handle.write(data)
+            if not sudo:
+                sftp.posix_rename(temp, path)
+                return
+        except BaseException:  # Ctrl-C or a lost connection mid-upload: leave no partial temp file behind
+            with contextlib.suppress(Exception):
+                sftp.remove(temp)
+            raise
         staged = f"{path}.sparkpair-new"
         self.check(Shell("install -m {} -o root -g root {} {} && mv -f {} {}; rc=$?; rm -f {}; exit $rc",
                          format(mode, "o"), temp, staged, staged, path, temp), sudo=True)

@@ -29,6 +29,21 @@ _PLAIN_EXPECTATIONS = {
 }
 
 
+# Characters that break a line or can disguise one: C0/C1 controls (tab aside), line and
+# paragraph separators, and bidirectional overrides.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+# OpenMPI (and PMIx/PRRTE) copy these variables into the orted command line that mpirun's rsh
+# agent hands to a shell on the worker, inside double quotes: their values must not be shell code.
+MPI_PARAMETER_PREFIXES = ("OMPI_MCA_", "PMIX_MCA_", "PRTE_MCA_")
+_MPI_PARAMETER_VALUE = re.compile(r"[A-Za-z0-9_.,:/=@%+^ -]*")
+
+
+def one_line(text: str) -> str:
+    """text with every line-breaking or disguising character written as an escape (\\n, \\x1b)."""
+    return _UNPRINTABLE.sub(lambda match: repr(match.group())[1:-1], text)
+
+
 def field_path(loc: tuple[int | str, ...]) -> str:
     """Render a pydantic location as `nodes[1].links.enp1s0f1np1`."""
     text = ""
@@ -114,6 +129,14 @@ def pair_problems(inventory: Inventory) -> list[str]:
     problems += _interface_set_problems(inventory)
     problems += _address_problems(inventory)
     return problems
+
+
+def env_problems(inventory: Inventory) -> list[str]:
+    """container.env values that another program would hand to a shell."""
+    return [f"container.env.{name}: got {shown(value)}; expected only letters, digits, spaces and _.,:/=@%+^- "
+            "(OpenMPI copies this variable into the command line a shell runs on the worker)"
+            for name, value in inventory.container.env.items()
+            if name.upper().startswith(MPI_PARAMETER_PREFIXES) and not _MPI_PARAMETER_VALUE.fullmatch(value)]
 
 
 def _duplicates(field: str, values: list[str]) -> list[str]:

@@ -1,17 +1,17 @@
-"""Gather doctor's facts: one batched probe round per node, both nodes at once, plus the clock."""
+"""Gather doctor's facts: one batched probe round per node, both nodes at once, the clock beside it."""
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sparkpair import probes, recipe
 from sparkpair.checks import Facts
 from sparkpair.errors import SparkpairError
-from sparkpair.inventory import Inventory
+from sparkpair.inventory import Inventory, Node
 from sparkpair.probes import Probe, docker, host, models, net
 from sparkpair.transport import NodeConnection, Pair, Shell
-
 
 
 def _parse_yes(text: str) -> bool:
@@ -56,8 +56,10 @@ def collect(pair: Pair, inventory: Inventory, profile: str, timeout: float) -> F
 
     def gather(connection: NodeConnection) -> tuple[dict[str, Any], float]:
         connection.connect()
-        gathered = probes.gather(connection, node_probes(inventory, connection.node, profile), timeout=timeout)
-        return gathered, clock_offset(connection)
+        with ThreadPoolExecutor(1) as pool:  # the clock's round trip rides beside the probe round
+            clock = pool.submit(clock_offset, connection)
+            gathered = probes.gather(connection, node_probes(inventory, connection.node, profile), timeout=timeout)
+            return gathered, clock.result()
 
     for name, result in pair.each(gather).items():
         if isinstance(result, SparkpairError):

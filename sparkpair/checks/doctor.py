@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sparkpair import hftoken
-from sparkpair.checks import Finding, run_checks
+from sparkpair.checks import Finding, run_checks, selected
 from sparkpair.checks.catalog import CHECKS
 from sparkpair.checks.collect import collect
 from sparkpair.inventory import Inventory
@@ -12,7 +12,13 @@ from sparkpair.transport import Pair
 
 def doctor(pair: Pair, inventory: Inventory, profile: str, only: set[str] | None = None,
            timeout: float = 60.0, deep: bool = False) -> list[Finding]:
-    """All findings for the pair and profile (read-only)."""
+    """All findings for the pair and profile; with deep, also the MPI jobs (docs/runbooks.md#deep)."""
     facts = collect(pair, inventory, profile, timeout)
     facts.operator_token = hftoken.find_token() is not None
-    return run_checks(facts, CHECKS, only)
+    checks = list(CHECKS)
+    if deep:
+        from sparkpair.checks import deep as deep_jobs  # jinja2 and the Docker SDK only when asked for
+
+        if any(selected(check_id, only) for check_id, _ in deep_jobs.DEEP_CHECKS):
+            checks += deep_jobs.deep_checks(deep_jobs.run_deep(pair, facts, timeout))
+    return run_checks(facts, checks, only)

@@ -42,18 +42,23 @@ class ProbeFailure:
 
 
 def batch_script(probes: Sequence[Probe[Any]]) -> Shell:
-    """One shell script running every probe concurrently, printing delimited results in order."""
-    parts = [Shell("d=$(mktemp -d) || exit 97; trap 'rm -rf \"$d\"' EXIT")]
+    """One shell script running every probe concurrently, printing delimited results in order.
+
+    The framing uses shell builtins and a single `cat`: a fork per probe for the framing alone
+    cost a busy node about 0.15 s per round (doctor runs 26 probes per node).
+    """
+    parts = [Shell("d=$(mktemp -d) || exit 97; trap 'rm -rf \"$d\"' EXIT; "
+                   "printf '\\037' >\"$d/S\"; printf '\\035' >\"$d/E\"")]
     for index, probe in enumerate(probes):
         command = Shell("sudo -n sh -c {}", probe.command.text) if probe.sudo else probe.command
         parts.append(Shell.compose([
-            Shell("{ ( "), command,
-            Shell(f' ) >"$d/{index}.o" 2>"$d/{index}.e" </dev/null; echo $? >"$d/{index}.rc"; }} &'),
+            Shell("( "), command, Shell(f' ) >"$d/{index}.o" 2>"$d/{index}.e" </dev/null & p{index}=$!'),
         ], ""))
-    parts.append(Shell("wait"))
+    frames = []
     for index, probe in enumerate(probes):
-        parts.append(Shell(f"printf '\\036%s %s\\n' {{}} \"$(cat \"$d/{index}.rc\")\"; cat \"$d/{index}.o\"; "
-                           f"printf '\\037'; cat \"$d/{index}.e\"; printf '\\035'", probe.name))
+        parts.append(Shell(f"wait $p{index}; printf '\\036%s %s\\n' {{}} $? >\"$d/{index}.h\"", probe.name))
+        frames.append(f'"$d/{index}.h" "$d/{index}.o" "$d/S" "$d/{index}.e" "$d/E"')
+    parts.append(Shell("cat " + " ".join(frames)))
     return Shell.compose(parts, "\n")
 
 

@@ -186,8 +186,13 @@ def ping(interface: str, address: str, size: int | None = None) -> Probe[PingRes
 
 
 def ssh_batch(address: str) -> Probe[str]:
-    """Non-interactive SSH from this node to address, host key checked strictly."""
-    command = Shell("ssh -n -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=yes {} hostname", address)
+    """Non-interactive SSH from this node to address, host key checked strictly.
+
+    curve25519 goes first because OpenSSH 9's default key exchange (sntrup761) costs about 0.1 s
+    of CPU on each end, which doubled doctor's probe round; the defaults still follow it.
+    """
+    command = Shell("ssh -n -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=yes "
+                    "-o KexAlgorithms=^curve25519-sha256 {} hostname", address)
     return Probe(f"ssh {address}", command, lambda text: text.strip())
 
 

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""How long `sparkpair doctor` takes, against the floor and against a naive doctor.
+
+- doctor: the real CLI (`python -m sparkpair -i INVENTORY doctor --json`), wall time of the process.
+- floor:  `ssh -o BatchMode=yes NODE true` to both nodes at once, with the inventory's key and
+          known_hosts: the least any tool that logs in to both nodes can take.
+- naive:  every probe doctor runs, each as its own `ssh NODE COMMAND` (a new connection per
+          probe), one after the other, node after node: what doctor would cost without batching.
+
+Prints the median of each over --runs runs and the ratios doctor/floor (the aim is at most 3)
+and naive/doctor. On the shared simulated pair, run it under the pair's lock:
+
+    flock /tmp/sparkpair-pair.lock .venv/bin/python scripts/bench/doctor.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from sparkpair.checks.collect import node_probes  # noqa: E402
+from sparkpair.inventory import Inventory, Node, read_inventory  # noqa: E402
+from sparkpair.probes.host import CLOCK  # noqa: E402
+from sparkpair.transport import PATH_PREFIX, command_text  # noqa: E402
+
+DEFAULT_INVENTORY = "/var/lib/sparkpair-testbed/inventory.yaml"
+
+
+def ssh_argv(inventory: Inventory, node: Node) -> list[str]:
+    """ssh to the node as the inventory says: its key, its known_hosts, strict host keys, no prompts."""
+    cluster = inventory.cluster
+    return ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes",
+            "-o", f"UserKnownHostsFile={cluster.known_hosts}", "-i", str(cluster.ssh_key), "-p", str(node.port),
+            f"{cluster.user}@{node.host}"]
+
+
+def timed(action) -> float:
+    start = time.perf_counter()
+    action()
+    return time.perf_counter() - start
+
+
+def doctor(inventory_path: str, profile: str | None) -> None:
+    argv = [sys.executable, "-m", "sparkpair", "-i", inventory_path, "doctor", "--json", *([profile] if profile else [])]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode not in (0, 1):  # 1 is a FAIL finding, still a complete run
+        raise SystemExit(f"doctor exited {proc.returncode}: {proc.stderr.strip()}")
+
+
+def floor(inventory: Inventory) -> None:
+    def login(node: Node) -> None:
+        subprocess.run(ssh_argv(inventory, node) + ["true"], check=True, capture_output=True)
+    with ThreadPoolExecutor(len(inventory.nodes)) as pool:
+        list(pool.map(login, inventory.nodes))
+
+
+def naive(inventory: Inventory, profile: str) -> None:
+    """One SSH connection and command per probe, sequentially (the same probes doctor batches)."""
+    for node in inventory.nodes:
+        for probe in [*node_probes(inventory, node, profile), CLOCK]:
+            command = PATH_PREFIX + command_text(probe.command, probe.sudo)
+            subprocess.run(ssh_argv(inventory, node) + [command], capture_output=True, stdin=subprocess.DEVNULL)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-i", "--inventory", default=DEFAULT_INVENTORY)
+    parser.add_argument("--profile", default=None)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    inventory = read_inventory(args.inventory)
+    profile = args.profile or inventory.server.profile
+    probes = sum(len(node_probes(inventory, node, profile)) + 1 for node in inventory.nodes)
+    runs = {
+        "doctor": [timed(lambda: doctor(args.inventory, args.profile)) for _ in range(args.runs)],
+        "floor": [timed(lambda: floor(inventory)) for _ in range(args.runs)],
+        "naive": [timed(lambda: naive(inventory, profile)) for _ in range(args.runs)],
+    }
+    medians = {name: statistics.median(times) for name, times in runs.items()}
+    for name, times in runs.items():
+        print(f"{name:7s} median {medians[name]:6.2f} s   runs: {' '.join(f'{t:.2f}' for t in times)}")
+    print(f"naive = {probes} SSH connections, one per probe")
+    print(f"doctor / floor = {medians['doctor'] / medians['floor']:.1f}x (aim: at most 3x)")
+    print(f"naive / doctor = {medians['naive'] / medians['doctor']:.1f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

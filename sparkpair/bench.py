@@ -1,0 +1,227 @@
+"""sparkpair bench: what speculative decoding buys on this pair, measured against the running server.
+
+Check the server serves the profile -> for each engine configuration (as launched, each other
+--draft-len, the no-draft baseline), relaunch if needed, then per concurrency level: warm-up
+requests, then measured streaming requests while the engine's iteration stats are collected ->
+relaunch the profile as the operator had it -> results.json, results.csv, plots, summary.md and
+a table. docs/bench.md explains every figure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkpair import __version__, benchplots, benchrecord, lifecycle, report
+from sparkpair.benchclient import Endpoint, IterationStats, run_streams, served_models
+from sparkpair.benchconfigs import EngineConfig, launched_draft_len, plan_configs
+from sparkpair.benchprompts import PromptSet, load_prompts
+from sparkpair.benchstats import LevelStats, acceptance_from_iterations, summarize_level
+from sparkpair.errors import SparkpairError
+from sparkpair.inventory import Inventory
+from sparkpair.launch import LaunchOptions, config_changes, launch
+from sparkpair.transport import Pair
+
+RELAUNCH_TIMEOUT_S = 1800.0
+TEMPERATURE = 0.0  # benchclient sends greedy requests: acceptance depends on sampling, greedy repeats
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """What `sparkpair bench` was asked to do (cli.py builds it from the command line)."""
+
+    profile: str
+    concurrency: list[int]
+    requests: int
+    max_tokens: int
+    prompts: Path | None
+    compare_baseline: bool
+    draft_lengths: list[int]
+    out_dir: Path
+    as_json: bool
+    inventory_path: Path | None = None  # recorded in results.json when given
+
+
+@dataclass(frozen=True)
+class Serving:
+    """The engine bench measures: its launch state, rank nodes and endpoint."""
+
+    state: dict[str, Any]
+    nodes: list[str]
+    endpoint: Endpoint
+
+
+def serving(pair: Pair, inventory: Inventory, profile_name: str) -> Serving:
+    """The engine that serves profile_name now; SparkpairError (run `sparkpair launch` first) when none does."""
+    fix = f"run `sparkpair launch {profile_name}` first (`sparkpair status` shows what runs)"
+    state = lifecycle.read_state(pair.head) or {}
+    nodes = state.get("nodes") or [inventory.head.name]
+    endpoint = Endpoint(inventory.node(nodes[0]).host, inventory.server.port, inventory.profile(profile_name).target)
+    if not state or state.get("stopped"):
+        raise SparkpairError("the server is not serving: nothing was launched, or it was stopped", hint=fix)
+    if state.get("profile") != profile_name:
+        raise SparkpairError(f"the server runs profile {state.get('profile')}, not {profile_name}", hint=fix)
+    models = served_models(endpoint)
+    if models is None:
+        raise SparkpairError(f"the server is not serving: nothing answers at {endpoint.url}/models", hint=fix)
+    if endpoint.model not in models:
+        raise SparkpairError(f"the server at {endpoint.url} serves {', '.join(models) or 'nothing'}, "
+                             f"not {endpoint.model}", hint=fix)
+    return Serving(state, nodes, endpoint)
+
+
+def _relaunch(pair: Pair, config: EngineConfig, nodes: list[str]) -> None:
+    """Launch config (containers and cached models reused); launch's own output goes to stderr."""
+    single = None if config.inventory.profile(config.profile).is_pair else nodes[0]
+    options = LaunchOptions(config.profile, timeout=RELAUNCH_TIMEOUT_S, model_source="cached", node=single)
+    report.bench_stage(f"relaunching as {config.label} (profile {config.profile})")
+    with contextlib.redirect_stdout(sys.stderr):
+        code = launch(pair, config.inventory, options)
+    if code != 0:
+        raise SparkpairError(f"relaunching {config.profile} ({config.label}) failed; see the lines above")
+
+
+def _measure_level(endpoint: Endpoint, prompts: PromptSet, config: EngineConfig, level: int,
+                   options: BenchOptions) -> tuple[LevelStats, list[str]]:
+    """One warm-up request per stream (excluded), then the measured requests; (stats, error messages)."""
+    warmup = list(reversed(prompts.messages))
+    with report.bench_progress(f"{config.label}, {level} stream(s)", level + options.requests) as advance:
+        run_streams(endpoint, warmup, level, level, options.max_tokens, lambda _: advance())
+        with IterationStats(endpoint) as iterations:
+            timings, wall_s = run_streams(endpoint, prompts.messages, options.requests, level, options.max_tokens,
+                                          lambda _: advance())
+    stats = summarize_level(level, timings, wall_s, acceptance_from_iterations(iterations.items))
+    return stats, [t.error for t in timings if not t.ok]
+
+
+def _measure_config(endpoint: Endpoint, prompts: PromptSet, config: EngineConfig,
+                    options: BenchOptions) -> tuple[list[benchrecord.Row], list[str]]:
+    rows, errors = [], []
+    for level in options.concurrency:
+        stats, failed = _measure_level(endpoint, prompts, config, level, options)
+        rows.append(benchrecord.level_row(config.label, config.profile, config.max_draft_len, stats))
+        errors += failed
+        report.bench_level(rows[-1])
+        if config.max_draft_len is not None and stats.acceptance is None and stats.errors < stats.requests:
+            report.warning("the server reported no draft statistics on /metrics; acceptance needs "
+                           "enable_iter_perf_stats: true in the profile's llm_api")
+    return rows, errors
+
+
+def _measure_all(pair: Pair, configs: list[EngineConfig], found: Serving, prompts: PromptSet,
+                 options: BenchOptions) -> tuple[list[benchrecord.Row], list[str]]:
+    """Every configuration in turn; when any needed a relaunch, relaunch the first (the operator's) last."""
+    rows: list[benchrecord.Row] = []
+    errors: list[str] = []
+    relaunched = False
+    try:
+        for config in configs:
+            if config.relaunch:
+                relaunched = True
+                _relaunch(pair, config, found.nodes)
+            measured, failed = _measure_config(found.endpoint, prompts, config, options)
+            rows, errors = rows + measured, errors + failed
+    except KeyboardInterrupt:
+        if relaunched:
+            report.warning(f"interrupted: a bench variant may be running; `sparkpair launch {options.profile}` "
+                           "restores the profile")
+        raise
+    except Exception:
+        if relaunched:
+            _restore(pair, configs[0], found.nodes, raise_on_failure=False)
+        raise
+    if relaunched:
+        _restore(pair, configs[0], found.nodes)
+    return rows, errors
+
+
+def _restore(pair: Pair, original: EngineConfig, nodes: list[str], raise_on_failure: bool = True) -> None:
+    report.bench_stage(f"restoring {original.profile} as the operator launched it")
+    try:
+        _relaunch(pair, EngineConfig("the launched profile", original.profile, original.inventory,
+                                     original.max_draft_len, relaunch=True), nodes)
+    except SparkpairError:
+        if raise_on_failure:
+            raise SparkpairError(f"could not restore {original.profile} after the benchmark",
+                                 hint=f"sparkpair launch {original.profile}") from None
+        report.error_lines([f"could not restore {original.profile}; run `sparkpair launch {original.profile}`"])
+
+
+def _warn_if_drifted(pair: Pair, inventory: Inventory, profile_name: str, nodes: list[str]) -> None:
+    if config_changes(pair, inventory, LaunchOptions(profile_name), nodes):
+        report.warning(f"the running engine's config differs from what the inventory renders for {profile_name}: "
+                       "the results describe what runs (`sparkpair launch --dry-run` shows the difference)")
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def provenance(inventory: Inventory, options: BenchOptions, found: Serving) -> dict[str, Any]:
+    """What ran: inventory (path, digests), profile, image and its ID, model revisions, endpoint."""
+    profile = inventory.profile(options.profile)
+    resolved = {"inventory": inventory.model_dump(mode="json"),
+                "profiles": {name: p.model_dump(mode="json") for name, p in inventory.profiles.items()}}
+    path = options.inventory_path
+    file_sha = hashlib.sha256(path.read_bytes()).hexdigest() if path and path.is_file() else None
+    return {"inventory": {"path": str(path) if path else None, "sha256": _digest(resolved), "file_sha256": file_sha},
+            "profile": options.profile, "target": profile.target, "draft": profile.draft,
+            "max_draft_len": launched_draft_len(profile), "image": inventory.container.image,
+            "image_id": found.state.get("image_id"), "revisions": found.state.get("revisions") or {},
+            "endpoint": found.endpoint.url, "nodes": found.nodes, "transport": found.state.get("transport")}
+
+
+def _settings(options: BenchOptions, prompts: PromptSet) -> dict[str, Any]:
+    return {"concurrency": options.concurrency, "requests": options.requests, "max_tokens": options.max_tokens,
+            "warmup": "1 warm-up request per stream (excluded)", "temperature": TEMPERATURE,
+            "prompts": {"source": prompts.source, "count": len(prompts.messages), "sha256": prompts.sha256}}
+
+
+def _when(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _write_outputs(record: dict[str, Any], out_dir: Path) -> list[Path]:
+    """results.json, results.csv, the plots and summary.md under out_dir; the paths written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    title = (f"{record['provenance']['profile']} ({record['provenance']['target']}), "
+             f"max_tokens {record['settings']['max_tokens']}, {record['settings']['requests']} requests per point")
+    plots = benchplots.write_plots(record["rows"], out_dir, title)
+    return [benchrecord.write_json(record, out_dir / "results.json"),
+            benchrecord.write_csv(record["rows"], out_dir / "results.csv"), *plots,
+            benchrecord.write_summary(record, plots, out_dir / "summary.md")]
+
+
+def run_bench(pair: Pair, inventory: Inventory, options: BenchOptions) -> int:
+    """The whole benchmark; exit status 0, or 1 when any measured request failed."""
+    benchplots.ensure_matplotlib()
+    prompts = load_prompts(options.prompts)
+    configs = plan_configs(inventory, options.profile, options.draft_lengths, options.compare_baseline)
+    found = serving(pair, inventory, options.profile)
+    _warn_if_drifted(pair, inventory, options.profile, found.nodes)
+    started = time.time()
+    rows, errors = _measure_all(pair, configs, found, prompts, options)
+    benchrecord.add_speedups(rows)
+    finished = time.time()
+    record = {"sparkpair_version": __version__, "started": _when(started), "finished": _when(finished),
+              "duration_s": round(finished - started, 1), "provenance": provenance(inventory, options, found),
+              "settings": _settings(options, prompts), "configs": [c.as_dict() for c in configs], "rows": rows,
+              "errors": sorted(set(errors))[:20]}
+    paths = _write_outputs(record, options.out_dir)
+    if options.as_json:
+        report.emit_json(record)
+    else:
+        report.bench_results(*benchrecord.table(rows))
+        report.written_files(options.out_dir, paths)
+    if errors:
+        total = sum(row["requests"] for row in rows)
+        report.error_lines([f"{len(errors)} of {total} measured requests failed; first: {errors[0]}"])
+        return 1
+    return 0

@@ -1,0 +1,349 @@
+"""doctor --deep: MPI jobs across both nodes inside the engine container, and the checks over them.
+
+The jobs use what launch uses: the container spec and environment (recipe.container_env), the
+hostfile and the rsh agent of the inventory's MPI transport (render.node_config_files) and
+launch's own mpirun line. When the engine containers run, the jobs are exec'd in them: a short
+MPI job beside the server and nothing else. Otherwise short-lived containers of the same spec,
+named `<name>-doctor`, start with their own copy of the config (~/.sparkpair/doctor) and are
+always removed, with that copy, afterwards. Each job is cut off after --timeout seconds.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from typing import Any
+
+from sparkpair import containers, hftoken, recipe, render
+from sparkpair.checks import CheckFunction, Facts, Finding, fail, ok, skip, warn
+from sparkpair.errors import SparkpairError
+from sparkpair.inventory import Inventory
+from sparkpair.probes import ProbeFailure
+from sparkpair.transport import NodeConnection, Pair, Shell
+
+MARK = "SPARKPAIR-DEEP"
+SUFFIX = "-doctor"
+DOCTOR_DIR = f"{recipe.NODE_STATE_DIR}/doctor"
+NCCL_FLOOR_GBS = 21.875            # NVIDIA's cluster script warns below this all_gather bus bandwidth
+NCCL_BINARIES = ("all_gather_perf", "/opt/nccl-tests/build/all_gather_perf",
+                 "/workspace/nccl-tests/build/all_gather_perf", "/root/nccl-tests/build/all_gather_perf")
+NCCL_ARGS = ("-b", "1G", "-e", "1G", "-f", "2")   # 1 GiB compares with the floor without 16 GiB of memory
+BANDWIDTH_FLOOR_MBS = 250.0        # about 2 Gb/s: slower is a 1 GbE or Wi-Fi path, not a QSFP twin
+LATENCY_CEILING_US = 50_000.0       # 50 ms: a broken or wireless path; a loaded veth pair shows ms
+KILL_GRACE_S = 5
+
+
+@dataclass(frozen=True)
+class DeepRun:
+    """What the deep jobs showed: where they ran, each stage rank 0 reported, and what went wrong."""
+
+    where: str = ""                  # how the jobs ran (for the report); empty when they did not
+    blocked: str = ""                # why they could not run at all (SKIP rows)
+    error: str = ""                  # why they failed to start (FAIL rows), e.g. docker run refused
+    exit_code: int | None = None
+    timed_out: bool = False
+    stages: dict[str, Any] = field(default_factory=dict)
+    tail: str = ""                   # the last lines of mpirun's output
+    operator_sha256: str | None = None
+    nccl: str = ""                   # all_gather_perf output
+    nccl_skip: str = ""              # why all_gather_perf did not run
+    cleanup: str = ""                # what removing the short-lived containers failed with
+    timeout: float = 60.0
+
+
+def parse_stages(text: str) -> dict[str, Any]:
+    """Stage name -> value from the probe's `SPARKPAIR-DEEP <stage> <json>` lines (others ignored)."""
+    stages = {}
+    for line in text.splitlines():
+        mark, _, rest = line.strip().partition(" ")
+        stage, _, value = rest.partition(" ")
+        if mark == MARK and stage:
+            try:
+                stages[stage] = json.loads(value)
+            except ValueError:
+                continue
+    return stages
+
+
+def parse_bus_bandwidth(text: str) -> float | None:
+    """nccl-tests' summary line `# Avg bus bandwidth    : 23.4567` in GB/s; None when absent."""
+    match = re.search(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.]+)", text, re.MULTILINE)
+    return float(match.group(1)) if match else None
+
+
+def mpirun_prefix(inventory: Inventory, profile: str) -> list[str]:
+    """Launch's mpirun line up to the program: hostfile, rsh agent, forwarded env (no rank log files)."""
+    argv = recipe.mpirun_argv(inventory, inventory.profile(profile))
+    prefix = argv[:argv.index("trtllm-llmapi-launch")]
+    cut = prefix.index("--output-filename")
+    return prefix[:cut] + prefix[cut + 2:]
+
+
+def probe_program() -> str:
+    return resources.files("sparkpair.data").joinpath("mpi_probe.py").read_text(encoding="utf-8")
+
+
+def in_container(name: str, argv: list[str], timeout: float) -> list[str]:
+    """docker exec of argv in container name, killed after timeout seconds."""
+    return ["docker", "exec", name, "timeout", "-k", str(KILL_GRACE_S), str(int(timeout)), *argv]
+
+
+def blocker(facts: Facts) -> str:
+    """Why the deep jobs cannot run on this pair (empty: they can)."""
+    if not facts.inventory.profile(facts.profile).is_pair:
+        return f"profile {facts.profile} runs one rank; the deep checks need a TP=2 profile"
+    for name in facts.nodes:
+        node = facts.nodes[name]
+        if name in facts.unreachable:
+            return f"needs reach.ssh on {name}"
+        if isinstance(node.get("docker_info"), ProbeFailure):
+            return f"needs docker.daemon on {name}"
+        if not isinstance(node.get("image_id"), str):
+            return f"needs docker.image on {name}"
+    return ""
+
+
+def engine_nodes(facts: Facts) -> list[str]:
+    """The nodes where sparkpair's engine container is running."""
+    running = []
+    for name, node in facts.nodes.items():
+        state = node.get("container")
+        if state is not None and not isinstance(state, ProbeFailure) and state.running:
+            running.append(name)
+    return running
+
+
+def run_deep(pair: Pair, facts: Facts, timeout: float) -> DeepRun:
+    """Run the deep jobs (see the module docstring); problems become fields of the result, not raises."""
+    token = hftoken.find_token()
+    base = DeepRun(operator_sha256=hashlib.sha256(token.encode()).hexdigest() if token else None, timeout=timeout)
+    if reason := blocker(facts):
+        return replace(base, blocked=reason)
+    running, name = engine_nodes(facts), facts.inventory.container.name
+    if len(running) == len(facts.nodes):
+        return _jobs(pair, facts, replace(base, where=f"in the running engine containers {name}"), name, False)
+    if running:
+        return replace(base, error=f"the engine container {name} runs on {', '.join(running)} only")
+    error = start_short_lived(pair, facts.inventory, facts.profile)
+    try:
+        where = f"in short-lived containers {name}{SUFFIX}, removed afterwards"
+        run = replace(base, error=error) if error else _jobs(pair, facts, replace(base, where=where), name + SUFFIX, True)
+    finally:
+        cleanup = remove_short_lived(pair, name + SUFFIX)
+    return replace(run, cleanup=cleanup)
+
+
+def _jobs(pair: Pair, facts: Facts, run: DeepRun, container: str, gpus_free: bool) -> DeepRun:
+    """The mpi4py probe on both ranks, then all_gather_perf where the image has it."""
+    head = pair.nodes[facts.inventory.head.name]
+    prefix = mpirun_prefix(facts.inventory, facts.profile)
+    argv = in_container(container, [*prefix, "python3", "-c", probe_program()], run.timeout)
+    try:
+        result = head.run(argv, timeout=run.timeout + 30)
+    except SparkpairError as error:
+        return replace(run, error=" ".join(error.lines()))
+    run = replace(run, exit_code=result.exit_code, timed_out=result.exit_code in (124, 137),
+                  stages=parse_stages(result.stdout), tail=_tail(result.stdout + result.stderr))
+    return replace(run, **_nccl(head, container, prefix, run, gpus_free))
+
+
+def _nccl(head: NodeConnection, container: str, prefix: list[str], run: DeepRun, gpus_free: bool) -> dict[str, str]:
+    """all_gather_perf across both ranks as NVIDIA's playbook runs it, or why it did not run."""
+    if len(run.stages.get("hosts") or []) < 2:
+        return {"nccl_skip": "needs deep.mpi"}
+    find = "for p in " + " ".join(NCCL_BINARIES) + '; do command -v "$p" && exit 0; done; true'
+    binary = head.run(["docker", "exec", container, "sh", "-c", find], timeout=30).stdout.strip()
+    if not binary:
+        return {"nccl_skip": "no all_gather_perf (nccl-tests) in the engine image"}
+    if not gpus_free:
+        return {"nccl_skip": "the running engine holds the GPUs; sparkpair stop, then doctor --deep --only deep.nccl"}
+    argv = in_container(container, [*prefix, "-x", "LD_LIBRARY_PATH", binary, *NCCL_ARGS], run.timeout)
+    result = head.run(argv, timeout=run.timeout + 30)
+    timed_out = " (timed out after {:g} s)".format(run.timeout) if result.exit_code in (124, 137) else ""
+    return {"nccl": result.stdout + result.stderr + timed_out}
+
+
+def _tail(text: str, lines: int = 3) -> str:
+    """The last lines of mpirun's output that are not probe stages, for a FAIL's detail."""
+    kept = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith(MARK)]
+    return " | ".join(kept[-lines:])[-400:]
+
+
+def start_short_lived(pair: Pair, inventory: Inventory, profile: str) -> str:
+    """Start `<name>-doctor` on both nodes: launch's spec with a private copy of the config. Errors, or ""."""
+    container = inventory.container.model_copy(update={"name": inventory.container.name + SUFFIX})
+    doctor = inventory.model_copy(update={"container": container})
+    files = render.node_config_files(doctor, profile)
+
+    def start(connection: NodeConnection) -> None:
+        directory = f"{connection.home}/{DOCTOR_DIR}/config"
+        connection.check(Shell("mkdir -p -m 700 {} {}", f"{connection.home}/{DOCTOR_DIR}", directory))
+        for item in files:
+            connection.put(item.content, f"{directory}/{item.path}", mode=item.mode)
+        spec = containers.node_spec(doctor, connection)
+        spec = replace(spec, mounts={**spec.mounts, recipe.CONFIG_DIR: (directory, "ro")},
+                       labels={**spec.labels, "sparkpair.doctor": "deep"})
+        containers.ensure(connection, spec, replace=True)
+        if inventory.container.mpi_transport == "sshd":
+            _wait_listening(connection, inventory.container.sshd_port)
+
+    return _errors(pair.each(start))
+
+
+def _wait_listening(connection: NodeConnection, port: int, seconds: float = 15.0) -> None:
+    """Wait until something listens on port (the container's sshd); SparkpairError after seconds."""
+    script = Shell("i=0; while [ $i -lt {} ]; do ss -Htln \"sport = :{}\" | grep -q . && exit 0; "
+                   "sleep 0.2; i=$((i+1)); done; exit 1", int(seconds * 5), port)
+    if not connection.run(script, timeout=seconds + 10).ok:
+        raise SparkpairError(f"the container's sshd did not listen on port {port} within {seconds:g} s",
+                             node=connection.name)
+
+
+def remove_short_lived(pair: Pair, name: str) -> str:
+    """Remove `<name>-doctor` and ~/.sparkpair/doctor on both nodes (idempotent). Errors, or ""."""
+    def remove(connection: NodeConnection) -> None:
+        containers.remove(connection, name)
+        connection.check(Shell("rm -rf {}", f"{connection.home}/{DOCTOR_DIR}"))
+
+    return _errors(pair.each(remove))
+
+
+def _errors(results: dict[str, Any]) -> str:
+    problems = []
+    for name, result in results.items():
+        if isinstance(result, SparkpairError):
+            problems.append(" ".join(result.lines()) if result.node else f"{name}: {' '.join(result.lines())}")
+        elif isinstance(result, BaseException):
+            problems.append(f"{name}: {type(result).__name__}: {result}")
+    return "; ".join(problems)
+
+
+def _why(run: DeepRun) -> str:
+    if run.timed_out:
+        return f"timed out after {run.timeout:g} s" + (f" ({run.tail})" if run.tail else "")
+    return f"mpirun exited {run.exit_code}" + (f": {run.tail}" if run.tail else "")
+
+
+def _not_run(check: str, run: DeepRun) -> Finding | None:
+    """The row of a deep check whose job did not run (blocked: SKIP; failed to start: FAIL for deep.mpi)."""
+    if run.blocked:
+        return skip(check, "pair", run.blocked)
+    if run.error:
+        return fail(check, "pair", run.error) if check == "deep.mpi" else skip(check, "pair", "needs deep.mpi")
+    if check != "deep.mpi" and "hosts" not in run.stages:
+        return skip(check, "pair", "needs deep.mpi")
+    return None
+
+
+def _hostnames(facts: Facts) -> dict[str, str]:
+    """Node name -> the hostname its rank should report (the identity probe's, else the node name)."""
+    names = {}
+    for name, node in facts.nodes.items():
+        identity = node.get("identity")
+        names[name] = name if identity is None or isinstance(identity, ProbeFailure) else identity.hostname
+    return names
+
+
+def check_mpi(facts: Facts, run: DeepRun) -> list[Finding]:
+    """Proves mpirun starts a rank on each node inside the engine container (launch's hostfile, env, agent)."""
+    findings = [fail("deep.cleanup", "pair", f"short-lived containers not fully removed: {run.cleanup}",
+                     f"docker rm -f {facts.inventory.container.name}{SUFFIX} (on the node named)")] \
+        if run.cleanup else []
+    if (row := _not_run("deep.mpi", run)) is not None:
+        return [row, *findings]
+    hosts = run.stages.get("hosts")
+    if hosts is None:
+        return [fail("deep.mpi", "pair", f"no rank answered: {_why(run)}"), *findings]
+    answered = [rank["host"] for rank in sorted(hosts, key=lambda r: r["rank"])]
+    missing = [name for name, host in _hostnames(facts).items() if host not in answered]
+    if missing:
+        return [fail("deep.mpi", "pair", f"only {', '.join(answered)} answered; no rank on {', '.join(missing)}"),
+                *findings]
+    ranks = ", ".join(f"rank {i} {host}" for i, host in enumerate(answered))
+    return [ok("deep.mpi", "pair", f"{ranks} answered ({run.where})"), *findings]
+
+
+def check_allreduce(facts: Facts, run: DeepRun) -> list[Finding]:
+    """Proves a scalar and a 4 MiB vector allreduce between the ranks give the exact sum."""
+    if (row := _not_run("deep.allreduce", run)) is not None:
+        return [row]
+    result = run.stages.get("allreduce")
+    if result is None:
+        return [fail("deep.allreduce", "pair", f"the allreduce did not finish: {_why(run)}")]
+    mib = result["ints"] * 4 / 2 ** 20
+    if result["sum"] == result["expected"] and result["wrong"] == 0:
+        return [ok("deep.allreduce", "pair", f"sum {result['sum']} as expected; {mib:g} MiB vector exact")]
+    return [fail("deep.allreduce", "pair", f"sum {result['sum']}, expected {result['expected']}; "
+                                           f"{result['wrong']} of {result['ints']} vector entries wrong")]
+
+
+def check_token(facts: Facts, run: DeepRun) -> list[Finding]:
+    """Proves both ranks read the same HF token through HF_TOKEN_PATH, the one this machine has (by sha256)."""
+    if (row := _not_run("deep.token", run)) is not None:
+        return [row]
+    ranks = run.stages.get("token") or []
+    unset = [r["host"] for r in ranks if not r.get("env")]
+    if unset:
+        return [fail("deep.token", "pair", f"HF_TOKEN_PATH is not set in the rank on {', '.join(unset)} "
+                                           "(mpirun did not forward it)")]
+    digests = {r["host"]: r.get("sha256") for r in ranks}
+    holders = [host for host, digest in digests.items() if digest]
+    if not holders:
+        return [skip("deep.token", "pair", "no HF token on this machine or on the nodes") if run.operator_sha256
+                is None else warn("deep.token", "pair", "no token file on the nodes yet; sparkpair launch copies "
+                                  "this machine's token to both", "sparkpair launch")]
+    if len(holders) < len(digests):
+        lacking = ", ".join(h for h in digests if h not in holders)
+        return [fail("deep.token", "pair", f"the rank on {lacking} has no token ({ranks[0].get('path')}); "
+                                           f"{', '.join(holders)} has one")]
+    if len(set(digests.values())) > 1:
+        return [fail("deep.token", "pair", "the ranks read different tokens (sha256 differs between the nodes)")]
+    if run.operator_sha256 not in (None, *digests.values()):
+        return [warn("deep.token", "pair", "both ranks read the same token, but not this machine's "
+                                           "(sparkpair launch replaces it)", "sparkpair launch")]
+    source = "this machine's" if run.operator_sha256 else "no token on this machine to compare"
+    return [ok("deep.token", "pair", f"both ranks read the same token from HF_TOKEN_PATH (sha256 equal; "
+                                     f"{source}; never shown)")]
+
+
+def check_bandwidth(facts: Facts, run: DeepRun) -> list[Finding]:
+    """Reports point-to-point bandwidth and latency between the ranks; warns only on 1 GbE-like values."""
+    if (row := _not_run("deep.bandwidth", run)) is not None:
+        return [row]
+    result = run.stages.get("bandwidth")
+    if result is None:
+        return [warn("deep.bandwidth", "pair", f"the bandwidth test did not finish: {_why(run)}")]
+    mbs, us = result["bandwidth_mbs"], result["latency_us"]
+    detail = (f"{mbs:.0f} MB/s ({result['message_bytes'] >> 20} MiB messages), {us:.1f} µs one-way "
+              f"(8-byte ping-pong), rank 0 -> rank 1 over {', '.join(facts.inventory.head.links)}")
+    if mbs < BANDWIDTH_FLOOR_MBS or us > LATENCY_CEILING_US:
+        return [warn("deep.bandwidth", "pair", detail + ": a 1 GbE or Wi-Fi path, not a QSFP twin")]
+    return [ok("deep.bandwidth", "pair", detail)]
+
+
+def check_nccl(facts: Facts, run: DeepRun) -> list[Finding]:
+    """Proves NCCL all_gather between the ranks reaches NVIDIA's 21.875 GB/s bus-bandwidth floor."""
+    if (row := _not_run("deep.nccl", run)) is not None:
+        return [row]
+    if run.nccl_skip:
+        return [skip("deep.nccl", "pair", run.nccl_skip)]
+    bandwidth = parse_bus_bandwidth(run.nccl)
+    if bandwidth is None:
+        return [fail("deep.nccl", "pair", f"all_gather_perf gave no bus bandwidth: {_tail(run.nccl)}")]
+    detail = f"all_gather_perf {' '.join(NCCL_ARGS)}: avg bus bandwidth {bandwidth:g} GB/s"
+    if bandwidth < NCCL_FLOOR_GBS:
+        return [warn("deep.nccl", "pair", f"{detail}, under NVIDIA's {NCCL_FLOOR_GBS} GB/s floor")]
+    return [ok("deep.nccl", "pair", f"{detail} (floor {NCCL_FLOOR_GBS} GB/s)")]
+
+
+DEEP_CHECKS = (("deep.mpi", check_mpi), ("deep.allreduce", check_allreduce), ("deep.token", check_token),
+               ("deep.bandwidth", check_bandwidth), ("deep.nccl", check_nccl))
+
+
+def deep_checks(run: DeepRun) -> list[tuple[str, CheckFunction]]:
+    """The deep checks bound to one run, in report order, for run_checks."""
+    return [(check_id, functools.partial(function, run=run)) for check_id, function in DEEP_CHECKS]
