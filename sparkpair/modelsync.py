@@ -5,6 +5,8 @@ stable links so the engine config never names a revision.
 
 from __future__ import annotations
 
+import contextlib
+import re
 from collections.abc import Callable
 
 from sparkpair import containers, probes, recipe
@@ -44,9 +46,15 @@ def fetch_on_head(head: NodeConnection, inventory: Inventory, repo: str, source:
         progress(head.name, f"{repo}: copied from {staged}")
         return
     uid_gid = head.check(Shell('printf "%s:%s" "$(id -u)" "$(id -g)"'))
-    code = containers.stream_in(head, inventory.container.name, recipe.download_argv(repo),
-                                lambda line: progress(head.name, f"{repo}: {line}"),
-                                user=uid_gid, environment={"HOME": "/tmp", "HF_HUB_OFFLINE": "0"})
+    argv = recipe.download_argv(repo)
+    try:
+        code = containers.stream_in(head, inventory.container.name, argv,
+                                    lambda line: progress(head.name, f"{repo}: {line}"),
+                                    user=uid_gid, environment={"HOME": "/tmp", "HF_HUB_OFFLINE": "0"})
+    except KeyboardInterrupt:  # the exec outlives its stream: end it, so the cache holds a resumable part only
+        with contextlib.suppress(Exception):
+            containers.exec_in(head, inventory.container.name, ["pkill", "-INT", "-f", f"(^|/){_ere(' '.join(argv))}$"])
+        raise
     if code != 0:
         raise SparkpairError(f"hf download {repo} failed (exit {code}); rerun to resume where it stopped",
                              node=head.name, hint=f"see {recipe.HF_HOME} permissions, network and the HF token")
@@ -56,11 +64,21 @@ def copy_to(head: NodeConnection, inventory: Inventory, repo: str, progress: Pro
     """rsync repo's cache directory from the head to the worker over the first QSFP link."""
     argv = recipe.sync_argv(inventory, repo, head.home)
     progress(head.name, f"{repo}: copying to {inventory.worker.name} over {argv[-1].split(':')[0]}")
-    result = head.run(argv, timeout=None)
+    try:
+        result = head.run(argv, timeout=None)
+    except KeyboardInterrupt:  # the remote rsync outlives the SSH channel: end it (--partial keeps what came)
+        with contextlib.suppress(Exception):
+            head.run(["pkill", "-INT", "-f", f"^{_ere(' '.join(argv))}$"])
+        raise
     if not result.ok:
         raise SparkpairError(f"copying {repo} to {inventory.worker.name} failed: "
                              f"{result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.exit_code}",
                              node=head.name, hint="sparkpair doctor --only trust,path")
+
+
+def _ere(text: str) -> str:
+    """text as a literal in a POSIX extended regex (what pkill -f matches a command line with)."""
+    return re.sub(r"([.\[\]()*+?{}|^$\\])", r"\\\1", text)
 
 
 def link(connection: NodeConnection, inventory: Inventory, revisions: dict[str, str]) -> None:

@@ -35,6 +35,8 @@ NCCL_ARGS = ("-b", "1G", "-e", "1G", "-f", "2")   # 1 GiB compares with the floo
 BANDWIDTH_FLOOR_MBS = 250.0        # about 2 Gb/s: slower is a 1 GbE or Wi-Fi path, not a QSFP twin
 LATENCY_CEILING_US = 50_000.0       # 50 ms: a broken or wireless path; a loaded veth pair shows ms
 KILL_GRACE_S = 5
+TELLING = re.compile(r"denied|refused|fail|error|unable|timed out|no route|not found|cannot|could not|"
+                     r"verification", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ def probe_program() -> str:
 
 def in_container(name: str, argv: list[str], timeout: float) -> list[str]:
     """docker exec of argv in container name, killed after timeout seconds."""
-    return ["docker", "exec", name, "timeout", "-k", str(KILL_GRACE_S), str(int(timeout)), *argv]
+    return ["docker", "exec", name, "timeout", "-k", str(KILL_GRACE_S), f"{timeout:g}", *argv]
 
 
 def blocker(facts: Facts) -> str:
@@ -104,6 +106,9 @@ def blocker(facts: Facts) -> str:
             return f"needs docker.daemon on {name}"
         if not isinstance(node.get("image_id"), str):
             return f"needs docker.image on {name}"
+        state = node.get("container")
+        if getattr(state, "running", False) and "sparkpair.node" not in state.labels:
+            return f"a container named {state.name} that sparkpair did not start runs on {name} (see docker.container)"
     return ""
 
 
@@ -156,21 +161,26 @@ def _nccl(head: NodeConnection, container: str, prefix: list[str], run: DeepRun,
     if len(run.stages.get("hosts") or []) < 2:
         return {"nccl_skip": "needs deep.mpi"}
     find = "for p in " + " ".join(NCCL_BINARIES) + '; do command -v "$p" && exit 0; done; true'
-    binary = head.run(["docker", "exec", container, "sh", "-c", find], timeout=30).stdout.strip()
-    if not binary:
-        return {"nccl_skip": "no all_gather_perf (nccl-tests) in the engine image"}
-    if not gpus_free:
-        return {"nccl_skip": "the running engine holds the GPUs; sparkpair stop, then doctor --deep --only deep.nccl"}
-    argv = in_container(container, [*prefix, "-x", "LD_LIBRARY_PATH", binary, *NCCL_ARGS], run.timeout)
-    result = head.run(argv, timeout=run.timeout + 30)
-    timed_out = " (timed out after {:g} s)".format(run.timeout) if result.exit_code in (124, 137) else ""
+    try:
+        binary = head.run(["docker", "exec", container, "sh", "-c", find], timeout=30).stdout.strip()
+        if not binary:
+            return {"nccl_skip": "no all_gather_perf (nccl-tests) in the engine image"}
+        if not gpus_free:
+            return {"nccl_skip": "the running engine holds the GPUs; sparkpair stop, then doctor --deep --only deep.nccl"}
+        argv = in_container(container, [*prefix, "-x", "LD_LIBRARY_PATH", binary, *NCCL_ARGS], run.timeout)
+        result = head.run(argv, timeout=run.timeout + 30)
+    except SparkpairError as error:
+        return {"nccl": " ".join(error.lines())}
+    timed_out = f"\ntimed out after {run.timeout:g} s" if result.exit_code in (124, 137) else ""
     return {"nccl": result.stdout + result.stderr + timed_out}
 
 
 def _tail(text: str, lines: int = 3) -> str:
-    """The last lines of mpirun's output that are not probe stages, for a FAIL's detail."""
-    kept = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith(MARK)]
-    return " | ".join(kept[-lines:])[-400:]
+    """The telling lines of mpirun's output (errors first, else the last lines), for a FAIL's detail."""
+    kept = [" ".join(line.split()) for line in text.splitlines()
+            if line.strip() and not line.startswith(MARK) and line.strip("- ")]
+    telling = [line for line in kept if TELLING.search(line)]
+    return " | ".join(telling[:lines] or kept[-lines:])[:400]
 
 
 def start_short_lived(pair: Pair, inventory: Inventory, profile: str) -> str:

@@ -8,6 +8,7 @@ from sparkpair.checks import Facts, Finding, fail, ok, per_node, skip, unreachab
 from sparkpair.probes import ProbeFailure
 
 GIB = 1024 ** 3
+MIN_FREE = GIB  # below this a full cache breaks even a launch with nothing to download
 
 
 def _engine_nodes(facts: Facts) -> list[str]:
@@ -31,7 +32,8 @@ def check_docker(facts: Facts) -> Iterable[Finding]:
         if isinstance(info, ProbeFailure) or info is None:
             denied = "permission denied" in str(info).lower()
             yield fail("docker.daemon", name, f"cannot reach dockerd: {info}",
-                       "sudo usermod -aG docker $USER, then log in again" if denied else "sudo systemctl start docker")
+                       f"sudo usermod -aG docker $USER on {name}, then log in again" if denied else
+                       f"sudo systemctl start docker (on {name})")
             yield skip("docker.nvidia-runtime", name, "dockerd unreachable")
             yield skip("docker.image", name, "dockerd unreachable")
             continue
@@ -142,7 +144,11 @@ def _cache_findings(name: str, node_facts: dict, missing_bytes: float) -> Iterab
         yield skip("models.disk", name, f"free space unknown ({free})")
     elif free < missing_bytes:
         yield fail("models.disk", name, f"{free / GIB:.2f} GiB free, {missing_bytes / GIB:.2f} GiB to download",
-                   "free disk space under the HF cache, or point container.hf_cache at a bigger disk")
+                   f"free disk space under the HF cache on {name}, or point container.hf_cache at a bigger disk")
+    elif free < MIN_FREE:
+        yield warn("models.disk", name, f"{free / GIB:.2f} GiB free under the HF cache (nothing to download): "
+                                        "HF locks, sparkpair's model links and a new revision cannot be written",
+                   f"free disk space under the HF cache on {name}")
     else:
         yield ok("models.disk", name, f"{free / GIB:.1f} GiB free, {missing_bytes / GIB:.2f} GiB to download")
 

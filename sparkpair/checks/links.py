@@ -8,9 +8,15 @@ import yaml
 
 from sparkpair.checks import Facts, Finding, fail, ok, per_node, skip, unreachable_skips, warn
 from sparkpair.probes import ProbeFailure
+from sparkpair.probes.net import PingResult
 
 SPEED = 200000
 SETUP = "sparkpair setup-network"
+
+
+def setup(what: str) -> str:
+    """The setup-network fix, saying what it will do on which node and interface."""
+    return f"{SETUP} ({what})"
 
 
 def _interfaces(facts: Facts, name: str) -> dict:
@@ -37,18 +43,21 @@ def check_links(facts: Facts) -> Iterable[Finding]:
                 yield ok("links.carrier", name, f"{twin} has carrier")
             else:
                 state = "admin down" if not interface.admin_up else "no carrier"
-                fix = SETUP if not interface.admin_up else f"reseat the QSFP cable of {twin} on {name} (same port on both Sparks)"
+                fix = setup(f"brings {twin} up on {name}") if not interface.admin_up else f"reseat the QSFP cable of {twin} on {name} (same port on both Sparks)"
                 yield fail("links.carrier", name, f"{twin}: {state}", fix)
             yield _speed(name, twin, node_facts.get(f"ethtool {twin}"), interface.carrier)
             if str(address) in interface.ipv4:
                 others = [a for a in interface.ipv4 if a != str(address)]
-                yield (warn("links.address", name, f"{twin} has {address} and also {', '.join(others)}", SETUP)
+                yield (warn("links.address", name, f"{twin} has {address} and also {', '.join(others)}",
+                                setup(f"leaves only {address} on {twin} of {name}"))
                        if others else ok("links.address", name, f"{twin} {address}"))
             else:
                 yield fail("links.address", name, f"{twin} has {', '.join(interface.ipv4) or 'no address'}, "
-                                                  f"inventory says {address}", SETUP)
+                                                  f"inventory says {address}",
+                                setup(f"gives {twin} of {name} {address}"))
             yield (ok("links.mtu", name, f"{twin} mtu {interface.mtu}") if interface.mtu == mtu else
-                   fail("links.mtu", name, f"{twin} mtu {interface.mtu}, inventory says {mtu}", SETUP))
+                   fail("links.mtu", name, f"{twin} mtu {interface.mtu}, inventory says {mtu}",
+                        setup(f"sets {twin} of {name} to mtu {mtu}")))
             yield _persistence(name, twin, str(address), interface, node_facts.get("netplan_files"))
 
 
@@ -67,13 +76,15 @@ def _persistence(name: str, twin: str, address: str, interface: object, netplan_
     if address not in interface.ipv4:  # type: ignore[attr-defined]
         return skip("links.persistent", name, f"{twin}: address not set")
     if any(a.dynamic for a in interface.addresses if str(a) == address):  # type: ignore[attr-defined]
-        return warn("links.persistent", name, f"{twin} {address} is a DHCP lease", SETUP)
+        return warn("links.persistent", name, f"{twin} {address} is a DHCP lease",
+                    setup(f"writes {twin} of {name} into /etc/netplan"))
     if isinstance(netplan_files, ProbeFailure) or netplan_files is None:
         return skip("links.persistent", name, f"cannot read /etc/netplan ({netplan_files})")
     owners = [path for path, f in netplan_files.items() if address in _netplan_addresses(f.content, twin)]
     if owners:
         return ok("links.persistent", name, f"{twin} {address} from {owners[0]}")
-    return warn("links.persistent", name, f"{twin} {address} is not in any netplan file: lost at reboot", SETUP)
+    return warn("links.persistent", name, f"{twin} {address} is not in any netplan file: lost at reboot",
+                setup(f"writes {twin} of {name} into /etc/netplan"))
 
 
 def _netplan_addresses(content: str, twin: str) -> list[str]:
@@ -115,7 +126,10 @@ def _mtu_match(facts: Facts) -> Iterable[Finding]:
         elif a.mtu == b.mtu:
             yield ok("links.mtu-match", "pair", f"{twin} mtu {a.mtu} on both")
         else:
-            yield fail("links.mtu-match", "pair", f"{twin} mtu {a.mtu} on {head.name}, {b.mtu} on {worker.name}", SETUP)
+            mtu = facts.inventory.cluster.mtu
+            off = " and ".join(n for n, i in ((head.name, a), (worker.name, b)) if i.mtu != mtu) or "both nodes"
+            yield fail("links.mtu-match", "pair", f"{twin} mtu {a.mtu} on {head.name}, {b.mtu} on {worker.name}",
+                       setup(f"sets {twin} of {off} to mtu {mtu}"))
 
 
 def _crossing(facts: Facts) -> Iterable[Finding]:
@@ -149,15 +163,16 @@ def check_path(facts: Facts) -> Iterable[Finding]:
             target = str(peer.links[twin].ip)
             plain, full = node_facts.get(f"ping {twin} {target}"), node_facts.get(f"ping {twin} {target} df{size}")
             if isinstance(plain, ProbeFailure) or not plain or not plain.ok:
-                yield fail("path.ping", name, f"{twin} -> {target}: no reply ({plain})",
-                           f"check links.* rows; then {SETUP}")
+                yield fail("path.ping", name, f"{twin} -> {target}: no reply ({_ping_text(plain)})",
+                           f"check the links.* rows of {twin} on {name} and {peer.name}; then {SETUP}")
                 yield skip("path.mtu", name, f"{twin} -> {target}: no plain reply")
                 continue
             yield ok("path.ping", name, f"{twin} -> {target}: {plain.avg_ms} ms")
             yield (ok("path.mtu", name, f"{twin} -> {target}: {size + 28}-byte packets pass unfragmented")
                    if not isinstance(full, ProbeFailure) and full and full.ok else
                    fail("path.mtu", name, f"{twin} -> {target}: {size + 28}-byte don't-fragment pings fail "
-                                          "(MTU differs somewhere on the path)", SETUP))
+                                          "(MTU differs somewhere on the path)",
+                                          setup(f"sets {twin} to mtu {size + 28} on {name} and {peer.name}")))
 
 
 def check_trust(facts: Facts) -> Iterable[Finding]:
@@ -169,6 +184,23 @@ def check_trust(facts: Facts) -> Iterable[Finding]:
             result = node_facts.get(f"ssh {address}")
             if isinstance(result, ProbeFailure):
                 last = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else str(result)
-                yield fail("trust.ssh", name, f"ssh {address}: {last}", SETUP)
+                yield fail("trust.ssh", name, f"ssh {address}: {last}", _trust_fix(name, peer.name, address, last))
             else:
                 yield ok("trust.ssh", name, f"ssh {address} -> {result}")
+
+
+def _ping_text(result: object) -> str:
+    if isinstance(result, PingResult):
+        return f"{result.received} of {result.sent} answered"
+    return str(result)
+
+
+def _trust_fix(name: str, peer: str, address: str, error: str) -> str:
+    """What setup-network will do about an ssh failure from name to the peer's address."""
+    if "Permission denied" in error:
+        return setup(f"authorizes {name}'s key on {peer}")
+    if "Connection refused" in error:
+        return f"start sshd on {peer} (sudo systemctl start ssh)"
+    if "Host key" in error or "host key" in error:
+        return setup(f"records {peer}'s host key for {address} on {name}")
+    return f"check path.ping from {name} to {address}; then {SETUP}"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from sparkpair import benchclient, benchrecord
-from sparkpair.benchconfigs import plan_configs
-from sparkpair.benchprompts import load_prompts
-from sparkpair.benchstats import (
+from sparkpair.bench import client as benchclient, record as benchrecord
+from sparkpair.bench.configs import plan_configs
+from sparkpair.bench.prompts import load_prompts
+from sparkpair.bench.stats import (
     Acceptance,
     RequestTiming,
     acceptance_from_iterations,
@@ -157,7 +157,7 @@ def test_speedups_compare_total_throughput_at_the_same_concurrency() -> None:
 def test_without_matplotlib_bench_stops_with_one_line_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
-    from sparkpair import benchplots
+    from sparkpair.bench import plots as benchplots
     from sparkpair.errors import SparkpairError
 
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)

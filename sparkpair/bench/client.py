@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from sparkpair.benchstats import RequestTiming
+from sparkpair.bench.stats import RequestTiming
 
 Messages = list[dict[str, str]]
 

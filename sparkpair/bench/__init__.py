@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkpair import __version__, benchplots, benchrecord, lifecycle, report
-from sparkpair.benchclient import Endpoint, IterationStats, run_streams, served_models
-from sparkpair.benchconfigs import EngineConfig, launched_draft_len, plan_configs
-from sparkpair.benchprompts import PromptSet, load_prompts
-from sparkpair.benchstats import LevelStats, acceptance_from_iterations, summarize_level
+from sparkpair import __version__, lifecycle, report
+from sparkpair.bench import plots as benchplots, record as benchrecord
+from sparkpair.bench.client import Endpoint, IterationStats, run_streams, served_models
+from sparkpair.bench.configs import EngineConfig, launched_draft_len, plan_configs
+from sparkpair.bench.prompts import PromptSet, load_prompts
+from sparkpair.bench.stats import LevelStats, acceptance_from_iterations, summarize_level
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory
 from sparkpair.launch import LaunchOptions, config_changes, launch

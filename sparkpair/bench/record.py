@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sparkpair.benchstats import LevelStats, speedup
+from sparkpair.bench.stats import LevelStats, speedup
 
 Row = dict[str, Any]
 
