@@ -211,5 +211,5 @@ def sync_argv(inventory: Inventory, repo: str, home: str = "~") -> list[str]:
     source = f"{cache}/hub/{repo_dirname(repo)}"
     remote = inventory.container.hf_cache.removeprefix("~/") if inventory.container.hf_cache.startswith("~/") \
         else inventory.container.hf_cache
-    return ["rsync", "-a", "--partial", "--mkpath", "-e", "ssh -o BatchMode=yes", source,
+    return ["rsync", "-a", "--partial", "--mkpath", "-e", "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes", source,
             f"{peer}:{remote.rstrip('/')}/hub/"]

@@ -68,9 +68,9 @@ def setup_network(pair: Pair, inventory: Inventory, options: Options) -> int:
     try:
         return _establish_trust(pair, inventory, host_keys, key_changes, stamp)
     except KeyboardInterrupt:
-        raise Interrupted("interrupted while checking SSH trust; the network is applied and verified, the trust "
-                          "changes listed above are whole. Finish with: sparkpair setup-network --yes; undo with: "
-                          "sparkpair setup-network --restore") from None
+        raise Interrupted("interrupted while setting up SSH trust; the network is applied and verified, and each "
+                          "trust change reported above is complete. Finish with: sparkpair setup-network --yes; "
+                          "undo with: sparkpair setup-network --restore") from None
 
 
 def _report_states(pair: Pair, inventory: Inventory) -> None:

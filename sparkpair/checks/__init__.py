@@ -69,6 +69,7 @@ class Facts:
     profile: str
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     unreachable: dict[str, str] = field(default_factory=dict)
+    connect_hints: dict[str, str] = field(default_factory=dict)   # the fix for each unreachable node
     clock_offsets: dict[str, float] = field(default_factory=dict)
     operator_token: bool = False
     serving_node: str = ""          # where the endpoint will listen (the head, or --node for TP=1)

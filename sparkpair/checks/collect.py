@@ -64,7 +64,8 @@ def collect(pair: Pair, inventory: Inventory, profile: str, timeout: float) -> F
     for name, result in pair.each(gather).items():
         if isinstance(result, SparkpairError):
             facts.unreachable[name] = result.message
-            facts.nodes[name] = {"connect_hint": result.hint} if result.hint else {}
+            facts.connect_hints[name] = result.hint
+            facts.nodes[name] = {}
         elif isinstance(result, BaseException):
             facts.unreachable[name] = f"{type(result).__name__}: {result}"
             facts.nodes[name] = {}

@@ -17,8 +17,8 @@ def doctor(pair: Pair, inventory: Inventory, profile: str, only: set[str] | None
     facts.operator_token = hftoken.find_token() is not None
     checks = list(CHECKS)
     if deep:
-        from sparkpair.checks import deep as deep_jobs  # jinja2 and the Docker SDK only when asked for
+        from sparkpair.checks import deep as deep_checks, mpijobs  # jinja2 and the Docker SDK only for --deep
 
-        if any(selected(check_id, only) for check_id, _ in deep_jobs.DEEP_CHECKS):
-            checks += deep_jobs.deep_checks(deep_jobs.run_deep(pair, facts, timeout))
+        if any(selected(check_id, only) for check_id, _ in deep_checks.DEEP_CHECKS):
+            checks += deep_checks.deep_checks(mpijobs.run_deep(pair, facts, timeout))
     return run_checks(facts, checks, only)

@@ -28,8 +28,7 @@ def check_reach(facts: Facts) -> Iterable[Finding]:
     cluster = facts.inventory.cluster
     for node in facts.inventory.nodes:
         if node.name in facts.unreachable:
-            yield fail("reach.ssh", node.name, facts.unreachable[node.name],
-                       facts.nodes.get(node.name, {}).get("connect_hint", ""))
+            yield fail("reach.ssh", node.name, facts.unreachable[node.name], facts.connect_hints.get(node.name, ""))
         else:
             yield ok("reach.ssh", node.name, f"{cluster.user}@{node.host}:{node.port}, host key verified")
     for name, sudo in per_node(facts, "reach.sudo", "sudo"):

@@ -19,13 +19,14 @@ import socket
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import sparkpair.transport
-from sparkpair.cli import main
+from sparkpair.cli import cli, main
 from sparkpair.errors import ConnectError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,30 +47,42 @@ NASTY_TEXT = st.sampled_from(NASTY) | st.text(max_size=40).filter(lambda s: "\0"
 NUMBERS = st.integers(-10**30, 10**30).map(str) | st.floats(allow_nan=True, allow_infinity=True).map(str)
 VALUE = NASTY_TEXT | NUMBERS
 
-# Every command, its positional argument (if any), flags, and options with plausible values.
-COMMANDS: dict[tuple[str, ...], dict[str, Any]] = {
-    ("inventory", "check"): {},
-    ("inventory", "show"): {"flags": ["--json"]},
-    ("inventory", "schema"): {},
-    ("render",): {"argument": ["qwen3-235b", "gpt-oss-120b"], "options": {"--out": ["OUT"]}},
-    ("setup-network",): {"flags": ["--dry-run", "-y", "--yes", "--restore", "--skip-ssh", "--replace",
-                                   "--accept-new-host-keys"]},
-    ("doctor",): {"argument": ["qwen3-235b"], "flags": ["--json", "--deep"],
-                  "options": {"--only": ["links,path", "trust"], "--timeout": ["1", "60", "3600"]}},
-    ("launch",): {"argument": ["qwen3-235b", "gpt-oss-120b"],
-                  "flags": ["--dry-run", "--no-wait", "--replace", "--keep-on-failure"],
-                  "options": {"--timeout": ["1", "120", "86400"], "--model-source": ["hub", "cached", "local:/srv/hf"],
-                              "--node": ["spark-a", "spark-b"]}},
-    ("status",): {"flags": ["--json"]},
-    ("logs",): {"flags": ["--follow", "-f"], "options": {"--node": ["spark-a"], "--tail": ["1", "100", "100000"]}},
-    ("stop",): {},
-    ("unlock",): {},
+# Plausible values per option and for the PROFILE argument; any other option gets only VALUE.
+PLAUSIBLE: dict[str, list[str]] = {
+    "PROFILE": ["qwen3-235b", "gpt-oss-120b"], "--out": ["OUT"], "--prompts": ["PROMPTS"],
+    "--only": ["links,path", "trust"], "--timeout": ["1", "60", "3600"],
+    "--model-source": ["hub", "cached", "local:/srv/hf"], "--node": ["spark-a", "spark-b"],
+    "--tail": ["1", "100", "100000"], "--concurrency": ["1", "1,2,4"], "--requests": ["1", "20"],
+    "--max-tokens": ["1", "128"], "--draft-len": ["1,3"],
 }
-if importlib.util.find_spec("sparkpair.bench") is not None:  # bench lands separately
-    COMMANDS[("bench",)] = {"argument": ["qwen3-235b"], "flags": ["--compare-baseline", "--json"],
-                            "options": {"--concurrency": ["1", "1,2,4"], "--requests": ["1", "20"],
-                                        "--max-tokens": ["1", "128"], "--prompts": ["PROMPTS"],
-                                        "--draft-len": ["1,3"], "--out": ["OUT"]}}
+
+
+def _command_table() -> dict[tuple[str, ...], dict[str, Any]]:
+    """Every command of the CLI (walked from click, so a new one is fuzzed too) with its parameters."""
+    table: dict[tuple[str, ...], dict[str, Any]] = {}
+
+    def walk(group: click.Group, path: tuple[str, ...]) -> None:
+        for name, command in group.commands.items():
+            if isinstance(command, click.Group):
+                walk(command, path + (name,))
+                continue
+            spec: dict[str, Any] = {"flags": [], "options": {}}
+            for param in command.params:
+                if isinstance(param, click.Argument):
+                    spec["argument"] = PLAUSIBLE.get(param.human_readable_name, ["x"])
+                elif isinstance(param, click.Option) and param.is_flag:
+                    spec["flags"] += param.opts + param.secondary_opts
+                elif isinstance(param, click.Option):
+                    spec["options"][param.opts[-1]] = PLAUSIBLE.get(param.opts[-1], [])
+            table[path + (name,)] = spec
+
+    walk(cli, ())
+    return table
+
+
+COMMANDS = _command_table()
+if importlib.util.find_spec("sparkpair.bench") is None:  # bench lands separately
+    COMMANDS.pop(("bench",), None)
 
 
 class StubPair:
@@ -144,11 +157,11 @@ def command_lines(draw: st.DrawFn, base: Path) -> list[str]:
     if spec.get("argument") and draw(st.booleans()):
         words.append([draw(st.sampled_from(spec["argument"]) | VALUE)])
     for flag in spec.get("flags", []):
-        if draw(st.booleans()):
+        if draw(st.integers(0, 2)) == 0:
             words.append([flag])
     for option, plausible in spec.get("options", {}).items():
         if option in ("--out",) or draw(st.booleans()):
-            value = draw(st.sampled_from(plausible) | VALUE)
+            value = draw(st.sampled_from(plausible) | VALUE if plausible else VALUE)
             if value == "OUT" or option == "--out":
                 value = _out_dir(base, value)
             elif value == "PROMPTS":
@@ -316,3 +329,35 @@ def test_valid_values_reach_the_pair_and_nothing_else(offline: Path, argv: list[
 def test_inventory_that_is_an_endless_device_is_refused(offline: Path) -> None:
     code, out, err = run_cli(["-i", "/dev/zero", "inventory", "check"])
     assert code == 2 and "expected an inventory under" in err
+
+
+def test_every_command_is_fuzzed() -> None:
+    assert {("launch",), ("setup-network",), ("doctor",), ("status",), ("logs",), ("stop",), ("unlock",),
+            ("render",), ("inventory", "check"), ("inventory", "show"), ("inventory", "schema")} <= set(COMMANDS)
+    assert "--timeout" in COMMANDS[("launch",)]["options"] and "--restore" in COMMANDS[("setup-network",)]["flags"]
+
+
+def test_mpi_parameters_in_container_env_refuse_shell_text(offline: Path) -> None:
+    """OpenMPI hands OMPI_MCA_* values to a shell on the worker; other env values never meet one."""
+    data = copy.deepcopy(EXAMPLE)
+    data.setdefault("container", {})["env"] = {"OMPI_MCA_btl_tcp_if_include": "enp1s0f1np1$(touch /tmp/x)",
+                                               "SPARKPAIR_NOTE": "$(touch /tmp/x); `id` 'a' \"b\""}
+    (offline / "mpi.yaml").write_text(yaml.safe_dump(data))
+    code, out, err = run_cli(["-i", "mpi.yaml", "inventory", "check"])
+    assert code == 2 and err.count("error: ") == 1, err
+    assert "container.env.OMPI_MCA_btl_tcp_if_include: got 'enp1s0f1np1$(touch /tmp/x)'" in err
+    data["container"]["env"]["OMPI_MCA_btl_tcp_if_include"] = "^lo,docker0"
+    (offline / "mpi.yaml").write_text(yaml.safe_dump(data))
+    assert run_cli(["-i", "mpi.yaml", "inventory", "check"])[0] == 0
+
+
+def test_free_text_cannot_end_a_comment_of_a_rendered_script(offline: Path) -> None:
+    data = copy.deepcopy(EXAMPLE)
+    data.setdefault("models", {})["qwen3-235b"] = {"description": "x\ntouch /tmp/pwned\n#\u2028y"}
+    name = "inv\ntouch pwned\n#.yaml"
+    (offline / name).write_text(yaml.safe_dump(data))
+    code, out, err = run_cli(["-i", name, "render", "--out", str(offline / "out")])
+    assert code == 0, err
+    for path in (offline / "out").rglob("*"):
+        if path.is_file():
+            assert all(line.startswith("#") or "touch" not in line for line in path.read_text().splitlines()), path

@@ -1,0 +1,284 @@
+"""Ctrl-C and concurrent runs on the simulated pair: never a half-done node, never two runs at once.
+
+Each interrupt is a real SIGINT sent to the sparkpair process the moment its stderr shows that it
+reached the stage under test (a progress line, or with -vv the trace of a remote command). Then:
+the exit status is 130, the output says what each node holds, every file on the nodes is whole,
+the pair's lock is released, and the next run recovers.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import PRISTINE_NODE, Run, run_sparkpair
+
+NODES = ("spark-a", "spark-b")
+CONTAINER = "trtllm-multinode"
+LOCK = "/home/nvidia/.sparkpair/lock"
+MODELS = "/home/nvidia/.cache/huggingface/hub/models--nvidia--Qwen3-235B-A22B-*"
+
+
+class Background:
+    """sparkpair running in the background; `wait_for` blocks until a stderr line matches."""
+
+    def __init__(self, inventory: Path, *args: str) -> None:
+        environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        environment.pop("SPARKPAIR_INVENTORY", None)
+        self.proc = subprocess.Popen([sys.executable, "-m", "sparkpair", "-i", str(inventory), *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+        self.err: list[str] = []
+        self.out = ""
+        self._seen = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self._seen:
+                self.err.append(line)
+                self._seen.notify_all()
+        with self._seen:
+            self.err.append("")  # end of output
+            self._seen.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float = 180) -> str:
+        """The first stderr line matching pattern; fails if the run ends or times out first."""
+        deadline = time.monotonic() + timeout
+        checked = 0
+        with self._seen:
+            while True:
+                for line in self.err[checked:]:
+                    if line and re.search(pattern, line):
+                        return line
+                    if line == "":
+                        pytest.fail(f"sparkpair ended before {pattern!r}:\n{''.join(self.err)}")
+                checked = len(self.err)
+                if not self._seen.wait(timeout=max(0.0, deadline - time.monotonic())):
+                    pytest.fail(f"no {pattern!r} within {timeout} s:\n{''.join(self.err)}")
+
+    def finish(self, timeout: float = 300) -> Run:
+        self.out = self.proc.stdout.read() if self.proc.stdout else ""
+        code = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        return Run(code, self.out, "".join(self.err))
+
+
+def interrupt(inventory: Path, stage: str, *args: str) -> Run:
+    """Run sparkpair, send it SIGINT when stderr shows stage, and return how it ended."""
+    run = Background(inventory, *args)
+    run.wait_for(stage)
+    run.proc.send_signal(signal.SIGINT)
+    return run.finish()
+
+
+def assert_whole(bed) -> None:
+    """No temp file sparkpair uploads through is left, and every file it keeps parses."""
+    for node in NODES:
+        temps = bed.exec(node, "find /home/nvidia /etc/netplan /tmp \\( -name '*.sparkpair-*' -o "
+                               "-name '.sparkpair-upload-*' -o -name 'lock.*' \\) -print").stdout
+        assert temps == "", f"{node}: temp files left: {temps}"
+        files = bed.exec(node, "for f in /home/nvidia/.sparkpair/journal/*.json /home/nvidia/.sparkpair/state/*.json"
+                               " /etc/netplan/*.yaml /home/nvidia/.sparkpair/config/*.yml; do [ -f \"$f\" ] && "
+                               "printf '\\034%s\\n' \"$f\" && cat \"$f\"; done; true").stdout
+        for chunk in files.split("\x1c")[1:]:
+            path, _, content = chunk.partition("\n")
+            parsed = json.loads(content) if path.endswith(".json") else yaml.safe_load(content)
+            assert parsed, f"{node}: {path} is empty or unreadable"
+    assert bed.exec("spark-a", f"test -e {LOCK}", check=False).returncode != 0, "the lock was not released"
+
+
+def _interrupted(run: Run, message: str) -> None:
+    assert run.code == 130, run.text
+    assert message in run.err, run.err
+    assert "Traceback" not in run.text and "internal error" not in run.err
+
+
+def _netplan(bed, node: str) -> bool:
+    return bed.exec(node, "test -e /etc/netplan/40-sparkpair-cx7.yaml", check=False).returncode == 0
+
+
+@pytest.fixture
+def pristine_pair(testbed):
+    """Both nodes without sparkpair's network, keys or engine; networked again afterwards."""
+    for node in NODES:
+        testbed.exec(node, PRISTINE_NODE)
+    yield testbed
+    testbed.heal()
+    assert run_sparkpair(testbed.inventory, "setup-network", "--yes").code == 0
+
+
+@pytest.fixture
+def stopped(networked):
+    run_sparkpair(networked.inventory, "stop")
+    yield networked
+    run_sparkpair(networked.inventory, "stop")
+
+
+@pytest.fixture
+def slow(stopped, tmp_path: Path) -> Path:
+    """An inventory whose engine loads for 15 s and whose hub downloads crawl (knobs of the simulator)."""
+    data = yaml.safe_load(Path(stopped.inventory).read_text())
+    data["container"]["env"] = {"SIM_LOAD_SECONDS": "15", "SIM_HF_BYTES_PER_SEC": "400000"}
+    path = tmp_path / "slow.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+# --- setup-network --------------------------------------------------------------------------------
+
+def test_sigint_while_planning_changes_nothing(pristine_pair) -> None:
+    run = interrupt(pristine_pair.inventory, r"ip -j addr show", "-vv", "setup-network", "--yes")
+    _interrupted(run, "interrupted before any change; nothing was changed on either node")
+    assert_whole(pristine_pair)
+    for node in NODES:
+        assert not _netplan(pristine_pair, node)
+        assert pristine_pair.exec(node, "test -e /home/nvidia/.ssh/id_ed25519", check=False).returncode != 0
+    recovered = run_sparkpair(pristine_pair.inventory, "setup-network", "--yes")
+    assert recovered.code == 0 and "SSH trust verified" in recovered.out, recovered.text
+
+
+def test_sigint_during_apply_reports_each_node_then_restore_and_apply_recover(pristine_pair) -> None:
+    run = interrupt(pristine_pair.inventory, r"^spark-.: create /etc/netplan/", "setup-network", "--yes")
+    _interrupted(run, "interrupted; each node finished the change it was making and every file is whole")
+    assert "not started (interrupted): " in run.err
+    for node in NODES:
+        assert re.search(rf"^{node}: now enp1s0f1np1 ", run.err, re.M), run.err
+    assert "Finish with: sparkpair setup-network --yes; undo with: sparkpair setup-network --restore" in run.err
+    assert_whole(pristine_pair)
+    wanted = {node: pristine_pair.exec(node, "cat /etc/netplan/40-sparkpair-cx7.yaml", check=False).stdout
+              for node in NODES}
+    restored = run_sparkpair(pristine_pair.inventory, "setup-network", "--restore")
+    assert restored.code == 0, restored.text
+    assert not _netplan(pristine_pair, "spark-a") and not _netplan(pristine_pair, "spark-b")
+    applied = run_sparkpair(pristine_pair.inventory, "setup-network", "--yes")
+    assert applied.code == 0 and "SSH trust verified" in applied.out, applied.text
+    for node, content in wanted.items():  # what the interrupted run left was the whole file, or nothing
+        assert content in ("", pristine_pair.exec(node, "cat /etc/netplan/40-sparkpair-cx7.yaml").stdout)
+
+
+def test_sigint_while_verifying_keeps_the_applied_network_and_says_so(pristine_pair) -> None:
+    pristine_pair.fault("link-down")  # verification keeps polling for 20 s: a wide window for the signal
+    run = interrupt(pristine_pair.inventory, r"\( ping -n", "-vv", "setup-network", "--yes")
+    _interrupted(run, "interrupted while verifying the link; both nodes keep the network configuration just "
+                      "applied")
+    for node in NODES:
+        assert re.search(rf"^{node}: now enp1s0f1np1 up mtu 9000 198\.19\.1\.1", run.err, re.M), run.err
+        assert _netplan(pristine_pair, node)
+    assert_whole(pristine_pair)
+    pristine_pair.heal()
+    recovered = run_sparkpair(pristine_pair.inventory, "setup-network", "--yes")
+    assert recovered.code == 0 and "link verified" in recovered.out and "SSH trust verified" in recovered.out, \
+        recovered.text
+
+
+# --- launch -----------------------------------------------------------------------------------------
+
+def test_sigint_while_starting_containers_reports_them_and_launch_reuses_them(stopped) -> None:
+    run = interrupt(stopped.inventory, r"\$ test -d /dev/infiniband", "-vv", "launch", "--timeout", "120")
+    _interrupted(run, "interrupted while starting the engine containers; spark-a: engine container "
+                      f"{CONTAINER} running, engine not started; spark-b: engine container {CONTAINER} running")
+    assert "Continue with: sparkpair launch qwen3-235b; undo with: sparkpair stop" in run.err
+    assert_whole(stopped)
+    status = json.loads(run_sparkpair(stopped.inventory, "status", "--json").out)
+    assert {name: node["container"] for name, node in status["nodes"].items()} == \
+        {"spark-a": "running", "spark-b": "running"}
+    again = run_sparkpair(stopped.inventory, "launch", "--timeout", "120")
+    assert again.code == 0 and "reused (same spec, running)" in again.err, again.text
+
+
+def test_sigint_during_model_download_ends_it_and_launch_resumes(slow, stopped) -> None:
+    for node in NODES:
+        stopped.exec(node, f"rm -rf {MODELS}")
+    run = interrupt(slow, r"FP4: .*downloaded \d+ bytes", "launch", "--timeout", "120")
+    _interrupted(run, "interrupted while getting the models onto every node (a rerun resumes); spark-a: engine "
+                      f"container {CONTAINER} running, engine not started")
+    assert_whole(stopped)
+    downloads = stopped.exec("spark-a", f"docker exec {CONTAINER} ps -eo args").stdout
+    assert "hf download" not in downloads, downloads  # nothing keeps writing behind the report
+    again = run_sparkpair(slow, "launch", "--timeout", "120")
+    assert again.code == 0 and "serving: " in again.out, again.text
+
+
+def test_sigint_while_waiting_for_readiness_leaves_the_engine_starting(slow, stopped) -> None:
+    run = interrupt(slow, r"port: nothing listens on port 8355", "launch", "--timeout", "120")
+    _interrupted(run, "interrupted while waiting for the engine to become ready; spark-a: engine container "
+                      f"{CONTAINER} running, engine running; spark-b: engine container {CONTAINER} running")
+    assert_whole(stopped)
+    again = run_sparkpair(slow, "launch", "--timeout", "120")
+    assert again.code == 0 and "already running with this configuration" in again.out, again.text
+    assert "serving: " in again.out
+
+
+# --- the lock ------------------------------------------------------------------------------------------
+
+def _holder(pid: int, command: str) -> str:
+    return f"{getpass.getuser()}@{socket.gethostname()} pid {pid} ({command}, since "
+
+
+def test_a_second_run_cannot_interleave_with_a_running_one(slow, stopped) -> None:
+    first = Background(slow, "launch", "--timeout", "120")
+    first.wait_for(r"port: nothing listens on port 8355")
+    for args in (["stop"], ["setup-network", "--yes"], ["launch"]):
+        second = run_sparkpair(stopped.inventory, *args)
+        assert second.code == 1, second.text
+        assert "another sparkpair run holds the pair: " + _holder(first.proc.pid, "launch qwen3-235b") in second.err
+        assert "wait for it; if it is gone, sparkpair unlock" in second.err
+    finished = first.finish()
+    assert finished.code == 0 and "serving: " in finished.out, finished.text  # the first run was not disturbed
+    assert stopped.exec("spark-a", f"test -e {LOCK}", check=False).returncode != 0
+    assert run_sparkpair(stopped.inventory, "stop").code == 0
+
+
+def _plant_lock(bed, holder: dict) -> None:
+    bed.exec("spark-a", ["sh", "-c", 'mkdir -p "$(dirname "$1")" && printf %s "$2" > "$1" && chmod 600 "$1"', "-",
+                         LOCK, json.dumps(holder)], user="nvidia")
+
+
+def test_a_stale_lock_of_a_dead_run_is_detected_and_replaced(stopped) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    _plant_lock(stopped, {"user": getpass.getuser(), "host": socket.gethostname(), "pid": gone.pid,
+                          "command": "launch qwen3-235b", "since": time.time() - 60})
+    run = run_sparkpair(stopped.inventory, "stop")
+    assert run.code == 0, run.text
+    assert "warning: removing a stale lock left by " + _holder(gone.pid, "launch qwen3-235b") in run.err
+    assert stopped.exec("spark-a", f"test -e {LOCK}", check=False).returncode != 0
+
+
+def test_a_killed_run_leaves_a_lock_the_next_run_replaces(slow, stopped) -> None:
+    killed = Background(slow, "launch", "--timeout", "120")
+    killed.wait_for(r"port: nothing listens on port 8355")
+    killed.proc.kill()
+    killed.finish()
+    held = json.loads(stopped.exec("spark-a", f"cat {LOCK}").stdout)
+    assert held["pid"] == killed.proc.pid and held["command"] == "launch qwen3-235b"
+    again = run_sparkpair(slow, "launch", "--timeout", "120")
+    assert again.code == 0, again.text
+    assert "removing a stale lock left by " + _holder(killed.proc.pid, "launch qwen3-235b") in again.err
+    assert "already running with this configuration" in again.out
+    assert_whole(stopped)
+
+
+def test_a_lock_held_from_another_machine_is_named_and_only_unlock_removes_it(stopped) -> None:
+    _plant_lock(stopped, {"user": "alice", "host": "alice-laptop", "pid": 4242, "command": "setup-network",
+                          "since": time.time()})
+    refused = run_sparkpair(stopped.inventory, "stop")
+    assert refused.code == 1, refused.text
+    assert "another sparkpair run holds the pair: alice@alice-laptop pid 4242 (setup-network, since " in refused.err
+    unlocked = run_sparkpair(stopped.inventory, "unlock")
+    assert unlocked.code == 0 and "removed the lock of alice@alice-laptop pid 4242" in unlocked.out, unlocked.text
+    assert run_sparkpair(stopped.inventory, "stop").code == 0

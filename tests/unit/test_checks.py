@@ -1,0 +1,441 @@
+"""Doctor's check functions over hand-built facts: every check's OK, and its FAIL or WARN with the fix."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sparkpair.checks import Facts, Finding, Status, run_checks
+from sparkpair.checks import deep, mpijobs
+from sparkpair.checks.catalog import CHECKS
+from sparkpair.inventory import Inventory, read_inventory
+from sparkpair.probes import ProbeFailure
+from sparkpair.probes.docker import ContainerState, DockerInfo
+from sparkpair.probes.host import Gpu, Identity, Listener
+from sparkpair.probes.models import RepoManifest
+from sparkpair.probes.net import Address, Ethtool, Interface, NetplanFile, PingResult
+
+ROOT = Path(__file__).resolve().parents[2]
+SIM = read_inventory(ROOT / "tests" / "fixtures" / "inventory" / "sim.yaml")
+PROFILE = "qwen3-235b"
+GIB_KB = 1024 * 1024
+REVISION = "3c1f" * 10
+BLOB = "9f86" * 10
+
+
+def mac(node: str, twin: str) -> str:
+    return f"02:00:00:{'0a' if node == 'spark-a' else '0b'}:00:{'01' if twin == 'enp1s0f1np1' else '02'}"
+
+
+def manifest() -> RepoManifest:
+    return RepoManifest(REVISION, {BLOB: 1000}, {"config.json": BLOB})
+
+
+def node_facts(inventory: Inventory, name: str) -> dict:
+    """What the probes report on a healthy node."""
+    node, cache = inventory.node(name), inventory.container.hf_cache
+    peer, mtu = inventory.peer_of(node), inventory.cluster.mtu
+    facts = {
+        "identity": Identity(1000, "nvidia", frozenset({"nvidia", "docker"}), name),
+        "sudo": True,
+        "dgx_release": {"DGX_NAME": "DGX Spark", "DGX_PRETTY_NAME": "NVIDIA DGX Spark", "DGX_SWBUILD_VERSION": "7.2.3"},
+        "gpus": [Gpu(0, "NVIDIA GB10", "580.95.05", None)],
+        "meminfo": {"MemAvailable": 120 * GIB_KB, "MemFree": 110 * GIB_KB},
+        "listeners": [Listener("0.0.0.0", 22, "sshd (pid 1)")],
+        "interfaces": {twin: Interface(twin, mac(name, twin), mtu, True, True,
+                                       (Address(str(address.ip), address.network.prefixlen, "inet", False),))
+                       for twin, address in node.links.items()},
+        "netplan_files": {"/etc/netplan/40-sparkpair-cx7.yaml": NetplanFile(
+            "/etc/netplan/40-sparkpair-cx7.yaml",
+            "network:\n  ethernets:\n" + "".join(f"    {twin}:\n      addresses: [{address}]\n"
+                                                 for twin, address in node.links.items()),
+            frozenset(node.links))},
+        "rdma_devices": {twin: (f"roce{twin[2:]}", True) for twin in node.links},
+        "neighbors": {(twin, str(peer.links[twin].ip)): mac(peer.name, twin) for twin in node.links},
+        "docker_info": DockerInfo("20.10.24", frozenset({"nvidia", "runc"})),
+        "image_id": "sha256:" + "41" * 32,
+        "container": None,
+        "cache_access": (True, ""),
+        f"free {cache}": 80 * 1024 ** 3,
+        "token_on_node": False,
+    }
+    for twin in node.links:
+        target = str(peer.links[twin].ip)
+        facts[f"ethtool {twin}"] = Ethtool(200000, True)
+        facts[f"ping {twin} {target}"] = PingResult(2, 2, 0.1)
+        facts[f"ping {twin} {target} df{mtu - 28}"] = PingResult(2, 2, 0.1)
+        facts[f"ssh {target}"] = peer.name
+    for repo in inventory.profile(PROFILE).repos:
+        facts[f"model {repo}"] = manifest()
+    return facts
+
+
+def healthy(inventory: Inventory = SIM) -> Facts:
+    facts = Facts(inventory, PROFILE, clock_offsets={"spark-a": 0.01, "spark-b": 0.02})
+    facts.nodes = {node.name: node_facts(inventory, node.name) for node in inventory.nodes}
+    return facts
+
+
+def checked(facts: Facts) -> list[Finding]:
+    return run_checks(facts, CHECKS)
+
+
+def rows(findings: list[Finding], check: str, node: str | None = None) -> list[Finding]:
+    return [f for f in findings if f.check == check and (node is None or f.node == node)]
+
+
+def test_a_healthy_pair_is_all_ok_and_every_check_reports() -> None:
+    findings = checked(healthy())
+    assert [f for f in findings if f.status is not Status.OK] == []
+    assert {f.check for f in findings} == {
+        "inventory.valid", "reach.ssh", "reach.sudo", "reach.same-user", "platform.dgx-os", "platform.gpu",
+        "platform.driver-match", "links.present", "links.carrier", "links.speed", "links.address", "links.mtu",
+        "links.persistent", "links.rdma", "links.mtu-match", "links.crossed", "path.ping", "path.mtu", "trust.ssh",
+        "docker.group", "docker.daemon", "docker.nvidia-runtime", "docker.image", "docker.image-match",
+        "docker.container", "ports.serving", "models.present", "models.writable", "models.disk", "models.match",
+        "models.token", "memory.available", "clock.skew"}
+
+
+def set_fact(node: str, key: str, value: object) -> Callable[[Facts], None]:
+    def change(facts: Facts) -> None:
+        facts.nodes[node][key] = value
+    return change
+
+
+def set_interface(node: str, twin: str, **changes: object) -> Callable[[Facts], None]:
+    def change(facts: Facts) -> None:
+        interfaces = facts.nodes[node]["interfaces"]
+        interfaces[twin] = dataclasses.replace(interfaces[twin], **changes)
+    return change
+
+
+def unreachable(facts: Facts) -> None:
+    facts.unreachable["spark-b"] = "nvidia@198.18.0.12:22 refused the connection; is sshd running?"
+    facts.connect_hints["spark-b"] = "sudo systemctl start ssh on the node"
+
+
+def crossed(facts: Facts) -> None:
+    for node, peer in (("spark-a", "spark-b"), ("spark-b", "spark-a")):
+        ips = SIM.node(peer).links
+        facts.nodes[node]["neighbors"] = {("enp1s0f1np1", str(ips["enp1s0f1np1"].ip)): mac(peer, "enP2p1s0f1np1"),
+                                          ("enP2p1s0f1np1", str(ips["enP2p1s0f1np1"].ip)): mac(peer, "enp1s0f1np1")}
+
+
+def no_models(node: str) -> Callable[[Facts], None]:
+    def change(facts: Facts) -> None:
+        for repo in SIM.profile(PROFILE).repos:
+            facts.nodes[node][f"model {repo}"] = RepoManifest(None)
+    return change
+
+
+def stale_engine(facts: Facts) -> None:
+    facts.nodes["spark-b"]["container"] = ContainerState("trtllm-multinode", "exited", False, "sha256:1",
+                                                         {"sparkpair.node": "spark-b"}, "")
+
+
+def skew(seconds: float) -> Callable[[Facts], None]:
+    def change(facts: Facts) -> None:
+        facts.clock_offsets = {"spark-a": 0.0, "spark-b": seconds}
+    return change
+
+
+def both(*changes: Callable[[Facts], None]) -> Callable[[Facts], None]:
+    def change(facts: Facts) -> None:
+        for each in changes:
+            each(facts)
+    return change
+
+
+DENIED = ProbeFailure("ssh 198.19.1.12", 255, "nvidia@198.19.1.12: Permission denied (publickey).\n")
+TWIN = "enp1s0f1np1"
+# (what breaks, check id, node, expected status, words the detail or the fix must contain)
+BROKEN = [
+    (unreachable, "reach.ssh", "spark-b", "FAIL", ["refused", "sudo systemctl start ssh"]),
+    (set_fact("spark-b", "sudo", False), "reach.sudo", "spark-b", "FAIL", ["NOPASSWD"]),
+    (set_fact("spark-b", "identity", Identity(1001, "nvidia", frozenset({"docker"}), "spark-b")),
+     "reach.same-user", "pair", "FAIL", ["uid 1001"]),
+    (set_fact("spark-b", "dgx_release", ProbeFailure("dgx_release", 1, "No such file")), "platform.dgx-os",
+     "spark-b", "WARN", ["DGX OS"]),
+    (set_fact("spark-b", "gpus", []), "platform.gpu", "spark-b", "FAIL", ["no GPU visible"]),
+    (set_fact("spark-b", "gpus", [Gpu(0, "NVIDIA GB10", "575.1", None)]), "platform.driver-match", "pair", "FAIL",
+     ["575.1"]),
+    (lambda f: f.nodes["spark-b"]["interfaces"].pop(TWIN), "links.present", "spark-b", "FAIL", [TWIN]),
+    (set_interface("spark-b", TWIN, admin_up=False, carrier=False), "links.carrier", "spark-b", "FAIL",
+     [f"brings {TWIN} up on spark-b"]),
+    (set_interface("spark-b", TWIN, carrier=False), "links.carrier", "spark-b", "FAIL",
+     [f"reseat the QSFP cable of {TWIN} on spark-b"]),
+    (set_fact("spark-b", f"ethtool {TWIN}", Ethtool(100000, True)), "links.speed", "spark-b", "WARN", ["100000Mb/s"]),
+    (set_interface("spark-b", TWIN, addresses=(Address("198.19.1.112", 24, "inet", False),)), "links.address",
+     "spark-b", "FAIL", [f"gives {TWIN} of spark-b 198.19.1.12/24"]),
+    (set_interface("spark-b", TWIN, addresses=(Address("198.19.1.12", 24, "inet", False),
+                                               Address("198.19.1.99", 24, "inet", False))),
+     "links.address", "spark-b", "WARN", ["198.19.1.99"]),
+    (set_interface("spark-b", TWIN, mtu=1500), "links.mtu", "spark-b", "FAIL", [f"sets {TWIN} of spark-b to mtu 9000"]),
+    (set_interface("spark-b", TWIN, mtu=1500), "links.mtu-match", "pair", "FAIL", [f"{TWIN} of spark-b"]),
+    (set_interface("spark-b", TWIN, addresses=(Address("198.19.1.12", 24, "inet", True),)), "links.persistent",
+     "spark-b", "WARN", ["DHCP lease", "/etc/netplan"]),
+    (set_fact("spark-b", "netplan_files", {}), "links.persistent", "spark-b", "WARN", ["lost at reboot"]),
+    (set_fact("spark-b", "rdma_devices", {TWIN: ("rocep1s0f1", False)}), "links.rdma", "spark-b", "FAIL",
+     [f"check the cable of {TWIN} on spark-b"]),
+    (crossed, "links.crossed", "spark-a", "FAIL", ["cables crossed", "swap the QSFP cables"]),
+    (set_fact("spark-a", f"ping {TWIN} 198.19.1.12", PingResult(2, 0, None)), "path.ping", "spark-a", "FAIL",
+     ["0 of 2 answered", f"links.* rows of {TWIN} on spark-a and spark-b"]),
+    (set_fact("spark-a", f"ping {TWIN} 198.19.1.12 df8972", PingResult(2, 0, None)), "path.mtu", "spark-a", "FAIL",
+     [f"sets {TWIN} to mtu 9000 on spark-a and spark-b"]),
+    (set_fact("spark-a", "ssh 198.19.1.12", DENIED), "trust.ssh", "spark-a", "FAIL",
+     ["Permission denied", "authorizes spark-a's key on spark-b"]),
+    (set_fact("spark-b", "identity", Identity(1000, "nvidia", frozenset({"nvidia"}), "spark-b")), "docker.group",
+     "spark-b", "FAIL", ["usermod -aG docker"]),
+    (set_fact("spark-b", "docker_info", ProbeFailure("docker_info", 1, "Cannot connect to the Docker daemon")),
+     "docker.daemon", "spark-b", "FAIL", ["sudo systemctl start docker (on spark-b)"]),
+    (set_fact("spark-b", "docker_info", DockerInfo("20.10", frozenset({"runc"}))), "docker.nvidia-runtime",
+     "spark-b", "FAIL", ["nvidia-ctk runtime configure"]),
+    (set_fact("spark-b", "image_id", None), "docker.image", "spark-b", "FAIL", ["docker pull", "(on spark-b)"]),
+    (set_fact("spark-b", "image_id", "sha256:" + "dd" * 32), "docker.image-match", "pair", "FAIL",
+     ["different image IDs"]),
+    (set_fact("spark-b", "container", ContainerState("trtllm-multinode", "running", True, "sha256:1", {}, "")),
+     "docker.container", "spark-b", "WARN", ["not started by sparkpair", "docker rm -f trtllm-multinode (on spark-b)"]),
+    (stale_engine, "docker.container", "spark-b", "WARN", ["stale", "sparkpair stop"]),
+    (set_fact("spark-a", "listeners", [Listener("0.0.0.0", 8355, "python3 (pid 7)")]), "ports.serving", "spark-a",
+     "FAIL", ["python3 (pid 7)", "on spark-a"]),
+    (no_models("spark-b"), "models.present", "spark-b", "WARN", ["not in the HF cache", "sparkpair launch"]),
+    (no_models("spark-b"), "models.token", "pair", "WARN", ["export HF_TOKEN"]),
+    (set_fact("spark-b", "cache_access", (True, "/home/nvidia/.cache/huggingface/hub")), "models.writable",
+     "spark-b", "FAIL", ["belongs to another user", "chown", "(on spark-b)"]),
+    (set_fact("spark-b", "cache_access", (False, "")), "models.writable", "spark-b", "FAIL", ["not writable"]),
+    (both(no_models("spark-b"), set_fact("spark-b", "free ~/.cache/huggingface", 10 * 1024 ** 3)), "models.disk",
+     "spark-b", "FAIL", ["to download", "on spark-b"]),
+    (set_fact("spark-b", "free ~/.cache/huggingface", 0), "models.disk", "spark-b", "WARN",
+     ["nothing to download", "on spark-b"]),
+    (set_fact("spark-b", "model nvidia/Qwen3-235B-A22B-FP4", RepoManifest(REVISION, {BLOB: 999}, {"c": BLOB})),
+     "models.match", "pair", "FAIL", ["999 bytes", "sparkpair launch"]),
+    (set_fact("spark-b", "meminfo", {"MemAvailable": 5 * GIB_KB, "MemFree": 5 * GIB_KB}), "memory.available",
+     "spark-b", "FAIL", ["needs 8.0 GiB"]),
+    (set_fact("spark-b", "meminfo", {"MemAvailable": 100 * GIB_KB, "MemFree": 6 * GIB_KB}), "memory.available",
+     "spark-b", "WARN", ["drop_caches"]),
+    (skew(5), "clock.skew", "pair", "WARN", ["5.00 s", "timedatectl"]),
+    (skew(60), "clock.skew", "pair", "FAIL", ["Root CA"]),
+]
+
+
+@pytest.mark.parametrize("breaks, check, node, status, words", BROKEN,
+                         ids=[f"{case[1]}-{case[3]}-{i}" for i, case in enumerate(BROKEN)])
+def test_each_check_fails_or_warns_with_its_fix(breaks, check, node, status, words) -> None:
+    assert all(f.status is Status.OK for f in rows(checked(healthy()), check, node))
+    facts = healthy()
+    breaks(facts)
+    found = [f for f in rows(checked(facts), check, node) if f.status.value == status]
+    assert found, rows(checked(facts), check)
+    assert any(all(word in f.detail + " " + f.fix for word in words) for f in found), found
+
+
+def test_an_unreachable_node_skips_its_rows_while_the_other_is_checked() -> None:
+    facts = healthy()
+    unreachable(facts)
+    findings = checked(facts)
+    worker = [f for f in findings if f.node == "spark-b"]
+    assert {f.status for f in worker} == {Status.FAIL, Status.SKIP}
+    assert [f.check for f in worker if f.status is Status.FAIL] == ["reach.ssh"]
+    assert all(f.status is Status.OK for f in findings if f.node == "spark-a")
+
+
+def test_twins_in_one_subnet_warn_with_why() -> None:
+    example = read_inventory(ROOT / "inventory.example.yaml")
+    finding = rows(checked(healthy(example)), "inventory.twin-subnets", "spark-a")[0]
+    assert finding.status is Status.WARN and "routing ambiguity" in finding.detail
+    assert rows(checked(healthy()), "inventory.twin-subnets") == []
+
+
+def test_the_serving_port_held_by_the_running_engine_is_ok_and_memory_is_not_judged() -> None:
+    facts = healthy()
+    for name in ("spark-a", "spark-b"):
+        facts.nodes[name]["container"] = ContainerState("trtllm-multinode", "running", True, "sha256:1",
+                                                        {"sparkpair.node": name}, "2026-01-01T00:00:00")
+    facts.nodes["spark-a"]["listeners"] = [Listener("0.0.0.0", 8355, "python3 (pid 7)")]
+    findings = checked(facts)
+    assert rows(findings, "ports.serving")[0].status is Status.OK
+    assert {f.status for f in rows(findings, "memory.available")} == {Status.SKIP}
+
+
+def test_the_sshd_port_is_checked_on_both_nodes_for_the_sshd_transport() -> None:
+    sshd = SIM.model_copy(update={"container": SIM.container.model_copy(update={"mpi_transport": "sshd"})})
+    facts = healthy(sshd)
+    assert [f.status for f in rows(checked(facts), "ports.sshd")] == [Status.OK, Status.OK]
+    facts.nodes["spark-b"]["listeners"] = [Listener("0.0.0.0", 2233, "python3 (pid 9)")]
+    finding = rows(checked(facts), "ports.sshd", "spark-b")[0]
+    assert finding.status is Status.FAIL and "container.sshd_port" in finding.fix
+
+
+def test_a_token_on_this_machine_satisfies_models_token() -> None:
+    facts = healthy()
+    no_models("spark-b")(facts)
+    facts.operator_token = True
+    assert rows(checked(facts), "models.token")[0].status is Status.OK
+
+
+# --- deep ---------------------------------------------------------------------------------------
+
+OPERATOR = hashlib.sha256(b"hf_x").hexdigest()
+
+
+def deep_run(**changes: object) -> deep.DeepRun:
+    """What a healthy pair's deep jobs report."""
+    stages = {
+        "hosts": [{"rank": 0, "host": "spark-a"}, {"rank": 1, "host": "spark-b"}],
+        "token": [{"rank": r, "host": h, "env": True, "path": "/sparkpair/secrets/hf_token", "sha256": OPERATOR}
+                  for r, h in enumerate(("spark-a", "spark-b"))],
+        "allreduce": {"sum": 3, "expected": 3, "ints": 1 << 20, "wrong": 0},
+        "bandwidth": {"latency_us": 40.0, "bandwidth_mbs": 9000.0, "message_bytes": 8 << 20, "messages": 24},
+        "done": {"ranks": 2},
+    }
+    run = deep.DeepRun(where="in short-lived containers trtllm-multinode-doctor, removed afterwards",
+                       exit_code=0, stages=stages, operator_sha256=OPERATOR, nccl_skip="no all_gather_perf")
+    return dataclasses.replace(run, **changes)
+
+
+def deep_findings(run: deep.DeepRun) -> dict[str, Finding]:
+    return {f.check: f for f in run_checks(healthy(), deep.deep_checks(run))}
+
+
+def test_healthy_deep_jobs_are_ok_and_show_the_figures() -> None:
+    found = deep_findings(deep_run())
+    assert {c: f.status for c, f in found.items()} == {
+        "deep.mpi": Status.OK, "deep.allreduce": Status.OK, "deep.token": Status.OK,
+        "deep.bandwidth": Status.OK, "deep.nccl": Status.SKIP}
+    assert "rank 0 spark-a, rank 1 spark-b" in found["deep.mpi"].detail
+    assert "short-lived" in found["deep.mpi"].detail
+    assert "9000 MB/s" in found["deep.bandwidth"].detail and "40.0 µs" in found["deep.bandwidth"].detail
+    assert OPERATOR not in " ".join(f.detail for f in found.values())
+
+
+def with_stage(name: str, value: object) -> dict:
+    return {**deep_run().stages, name: value}
+
+
+def without(*names: str) -> dict:
+    return {k: v for k, v in deep_run().stages.items() if k not in names}
+
+
+def token_stage(*digests: object, env: bool = True) -> list[dict]:
+    return [{"rank": r, "host": h, "env": env, "sha256": d} for r, (h, d) in enumerate(zip(("spark-a", "spark-b"),
+                                                                                           digests))]
+
+
+NCCL_OUT = "#  Out of bounds values : 0 OK\n# Avg bus bandwidth    : {} \n#\n"
+DEEP_BROKEN = [
+    ({"blocked": "needs docker.image on spark-b", "stages": {}}, "deep.mpi", "SKIP", "needs docker.image"),
+    ({"blocked": "needs docker.image on spark-b", "stages": {}}, "deep.nccl", "SKIP", "needs docker.image"),
+    ({"error": "spark-b: docker run failed: nvidia-container-cli", "stages": {}}, "deep.mpi", "FAIL", "nvidia-container"),
+    ({"error": "spark-b: docker run failed", "stages": {}}, "deep.allreduce", "SKIP", "needs deep.mpi"),
+    ({"stages": {}, "timed_out": True, "exit_code": 124, "tail": "connect() to 198.19.2.11:1025 failed"},
+     "deep.mpi", "FAIL", "timed out after 60 s (connect() to"),
+    ({"stages": {}, "exit_code": 255, "tail": "Permission denied (publickey)."}, "deep.mpi", "FAIL",
+     "mpirun exited 255: Permission denied"),
+    ({"stages": with_stage("hosts", [{"rank": 0, "host": "spark-a"}])}, "deep.mpi", "FAIL", "no rank on spark-b"),
+    ({"cleanup": "spark-b: cannot remove"}, "deep.cleanup", "FAIL", "cannot remove"),
+    ({"stages": with_stage("allreduce", {"sum": 2, "expected": 3, "ints": 8, "wrong": 8})}, "deep.allreduce", "FAIL",
+     "8 of 8 vector entries wrong"),
+    ({"stages": without("allreduce", "bandwidth", "done"), "timed_out": True}, "deep.allreduce", "FAIL",
+     "did not finish: timed out"),
+    ({"stages": with_stage("token", token_stage(None, None, env=False))}, "deep.token", "FAIL",
+     "HF_TOKEN_PATH is not set in the rank on spark-a, spark-b"),
+    ({"stages": with_stage("token", token_stage(OPERATOR, None))}, "deep.token", "FAIL", "the rank on spark-b has no token"),
+    ({"stages": with_stage("token", token_stage(OPERATOR, "ab" * 32))}, "deep.token", "FAIL", "different tokens"),
+    ({"stages": with_stage("token", token_stage("ab" * 32, "ab" * 32))}, "deep.token", "WARN", "not this machine's"),
+    ({"stages": with_stage("token", token_stage(None, None))}, "deep.token", "WARN", "launch copies"),
+    ({"stages": with_stage("token", token_stage(None, None)), "operator_sha256": None}, "deep.token", "SKIP",
+     "no HF token"),
+    ({"stages": with_stage("token", token_stage("ab" * 32, "ab" * 32)), "operator_sha256": None}, "deep.token", "OK",
+     "same token"),
+    ({"stages": with_stage("bandwidth", {"latency_us": 90.0, "bandwidth_mbs": 110.0, "message_bytes": 8 << 20,
+                                         "messages": 24})}, "deep.bandwidth", "WARN", "1 GbE"),
+    ({"stages": with_stage("bandwidth", {"latency_us": 80000.0, "bandwidth_mbs": 900.0, "message_bytes": 8 << 20,
+                                         "messages": 24})}, "deep.bandwidth", "WARN", "80000.0 µs"),
+    ({"stages": without("bandwidth", "done"), "timed_out": True}, "deep.bandwidth", "WARN", "did not finish"),
+    ({"nccl_skip": "", "nccl": NCCL_OUT.format("23.512")}, "deep.nccl", "OK", "23.512 GB/s"),
+    ({"nccl_skip": "", "nccl": NCCL_OUT.format("11.2")}, "deep.nccl", "WARN", "under NVIDIA's 21.875 GB/s floor"),
+    ({"nccl_skip": "", "nccl": "NCCL error: unhandled system error\n"}, "deep.nccl", "FAIL", "unhandled system error"),
+]
+
+
+@pytest.mark.parametrize("changes, check, status, words", DEEP_BROKEN,
+                         ids=[f"{case[1]}-{case[2]}-{i}" for i, case in enumerate(DEEP_BROKEN)])
+def test_each_deep_check_reports_what_the_jobs_showed(changes, check, status, words) -> None:
+    finding = deep_findings(deep_run(**changes))[check]
+    assert finding.status.value == status and words in finding.detail, finding
+
+
+def test_probe_stages_are_parsed_from_mpirun_noise() -> None:
+    text = "Warning: Permanently added\nSPARKPAIR-DEEP hosts [{\"rank\": 0, \"host\": \"a\"}]\n" \
+           "SPARKPAIR-DEEP broken {not json\n  SPARKPAIR-DEEP done {\"ranks\": 2}\n"
+    assert deep.parse_stages(text) == {"hosts": [{"rank": 0, "host": "a"}], "done": {"ranks": 2}}
+    assert deep.parse_bus_bandwidth(NCCL_OUT.format("21.9")) == 21.9
+    assert deep.parse_bus_bandwidth("nothing here") is None
+
+
+def test_the_deep_job_uses_launchs_mpirun_line_under_a_timeout() -> None:
+    prefix = mpijobs.mpirun_prefix(SIM, PROFILE)
+    assert prefix[:5] == ["mpirun", "-np", "2", "--hostfile", "/sparkpair/config/openmpi-hostfile"]
+    assert ["--mca", "plm_rsh_agent", "/sparkpair/config/mpi-rsh-agent"] == prefix[5:8]
+    assert "-x" in prefix and "HF_TOKEN_PATH" in prefix and "--output-filename" not in prefix
+    argv = mpijobs.in_container("trtllm-multinode-doctor", ["python3", "-c", "pass"], 7.5)
+    assert argv[:8] == ["docker", "exec", "trtllm-multinode-doctor", "timeout", "-k", "5", "7.5", "python3"]
+
+
+def test_the_telling_lines_of_mpiruns_output_reach_the_detail() -> None:
+    text = ("nvidia@198.19.1.12: Permission denied (publickey).\n" + "-" * 70 + "\n"
+            "ORTE was unable to reliably start one or more daemons.\nThis usually is caused by:\n\n")
+    assert deep.telling(text) == ("nvidia@198.19.1.12: Permission denied (publickey). | "
+                                "ORTE was unable to reliably start one or more daemons.")
+    assert deep.telling("a\nb\nc\nd\n") == "b | c | d"
+
+
+def test_deep_jobs_need_reachable_nodes_with_docker_and_the_image() -> None:
+    assert mpijobs.blocker(healthy()) == ""
+    facts = healthy()
+    facts.nodes["spark-b"]["image_id"] = None
+    assert mpijobs.blocker(facts) == "needs docker.image on spark-b"
+    facts = healthy()
+    unreachable(facts)
+    assert mpijobs.blocker(facts) == "needs reach.ssh on spark-b"
+    single = healthy()
+    single.profile = "gpt-oss-120b"
+    assert "TP=2" in mpijobs.blocker(single)
+    foreign = healthy()
+    foreign.nodes["spark-a"]["container"] = ContainerState("trtllm-multinode", "running", True, "x", {}, "")
+    assert "did not start" in mpijobs.blocker(foreign)
+
+
+def test_the_engine_counts_as_running_only_where_its_container_runs() -> None:
+    facts = healthy()
+    assert mpijobs.engine_nodes(facts) == []
+    facts.nodes["spark-a"]["container"] = ContainerState("trtllm-multinode", "running", True, "x",
+                                                         {"sparkpair.node": "spark-a"}, "")
+    assert mpijobs.engine_nodes(facts) == ["spark-a"]
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs OpenMPI's mpirun")
+def test_the_probe_program_reports_every_stage_from_two_local_ranks(tmp_path: Path) -> None:
+    pytest.importorskip("mpi4py")
+    (tmp_path / "token").write_text("hf_local\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
+    env["HF_TOKEN_PATH"] = str(tmp_path / "token")
+    argv = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--bind-to", "none", "--mca", "btl_tcp_if_include",
+            "lo", "--mca", "oob_tcp_if_include", "lo", "-x", "HF_TOKEN_PATH", "-np", "2",
+            sys.executable, "-c", mpijobs.probe_program()]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    stages = deep.parse_stages(result.stdout)
+    assert [r["rank"] for r in stages["hosts"]] == [0, 1]
+    assert stages["allreduce"] == {"sum": 3, "expected": 3, "ints": 1 << 20, "wrong": 0}
+    assert {r["sha256"] for r in stages["token"]} == {hashlib.sha256(b"hf_local").hexdigest()}
+    assert stages["bandwidth"]["bandwidth_mbs"] > 0 and stages["done"] == {"ranks": 2}
+    assert "hf_local" not in result.stdout
