@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import sparkpair.transport
+from mutation import mutate, value_paths
 from sparkpair.cli import cli, main
 from sparkpair.errors import ConnectError
 
@@ -206,17 +207,6 @@ VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) |
                       max_leaves=8)
 
 
-def _paths(data: Any, prefix: tuple = ()) -> list[tuple]:
-    found = [prefix]
-    if isinstance(data, dict):
-        for key, value in data.items():
-            found += _paths(value, prefix + (key,))
-    elif isinstance(data, list):
-        for index, value in enumerate(data):
-            found += _paths(value, prefix + (index,))
-    return found
-
-
 # Paths under which a value may be added (new keys are as interesting as changed ones).
 EXTRA_KEYS = [("container", "env"), ("models",), ("models", "qwen3-235b"), ("models", "qwen3-235b", "llm_api"),
               ("models", "qwen3-235b", "serve_args"), ("nodes", 0, "links"), ("cluster",), ()]
@@ -230,16 +220,7 @@ def mutated_inventories(draw: st.DrawFn) -> Any:
     data["models"]["qwen3-235b"].setdefault("serve_args", {})
     for _ in range(draw(st.integers(1, 3))):
         if draw(st.booleans()):
-            path = draw(st.sampled_from(_paths(data)))
-            if not path:
-                continue
-            holder = data
-            for part in path[:-1]:
-                holder = holder[part]
-            if draw(st.integers(0, 3)) == 0 and isinstance(holder, dict):
-                holder.pop(path[-1])
-            else:
-                holder[path[-1]] = draw(VALUES)
+            data = mutate(data, draw(st.sampled_from(value_paths(data))), draw(VALUES), draw(st.integers(0, 3)) == 0)
         else:
             holder = data
             for part in draw(st.sampled_from(EXTRA_KEYS)):

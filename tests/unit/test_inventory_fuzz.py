@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mutation import mutate, value_paths
 from sparkpair.cli import main
 from sparkpair.errors import InventoryError
 from sparkpair.inventory import parse_inventory
@@ -24,31 +24,6 @@ VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=
                                                                        inner, max_size=4)), max_leaves=12)
 
 
-def _paths(data: Any, prefix: tuple = ()) -> list[tuple]:
-    found = [prefix]
-    if isinstance(data, dict):
-        for key, value in data.items():
-            found += _paths(value, prefix + (key,))
-    elif isinstance(data, list):
-        for index, value in enumerate(data):
-            found += _paths(value, prefix + (index,))
-    return found
-
-
-def _mutate(data: dict, path: tuple, value: Any, delete: bool) -> dict:
-    mutated = copy.deepcopy(data)
-    if not path:
-        return mutated
-    holder = mutated
-    for part in path[:-1]:
-        holder = holder[part]
-    if delete and isinstance(holder, dict):
-        holder.pop(path[-1])
-    else:
-        holder[path[-1]] = value
-    return mutated
-
-
 def _assert_clean(data: Any) -> None:
     try:
         parse_inventory(data)
@@ -60,8 +35,8 @@ def _assert_clean(data: Any) -> None:
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data(), VALUES, st.booleans())
 def test_mutated_example_gives_only_clean_errors(data: st.DataObject, value: Any, delete: bool) -> None:
-    path = data.draw(st.sampled_from(_paths(EXAMPLE)))
-    _assert_clean(_mutate(EXAMPLE, path, value, delete))
+    path = data.draw(st.sampled_from(value_paths(EXAMPLE)))
+    _assert_clean(mutate(EXAMPLE, path, value, delete))
 
 
 @settings(max_examples=150, deadline=None)
