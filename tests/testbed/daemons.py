@@ -9,9 +9,7 @@ from __future__ import annotations
 import time
 
 from hostexec import CommandError, node_run, node_sh, node_spawn
-from layout import TESTBED_DIR, Node
-
-RUNTIME_DIR = TESTBED_DIR / "runtime"
+from layout import Node
 
 DOCKERD_FLAGS = (
     "--bridge=none", "--iptables=false", "--ip6tables=false", "--ip-forward=false",
@@ -85,8 +83,9 @@ def start_dockerd(node: Node) -> None:
     if docker_running(node):
         return
     flags = " ".join(DOCKERD_FLAGS) + f" --data-root={node.dir / 'docker'}"
-    # The runc wrapper (tests/testbed/runtime/runc) comes first on the engine's PATH only.
-    node_spawn(node, f'PATH={RUNTIME_DIR}:$PATH exec dockerd {flags}', node.dir / "dockerd.log")
+    # The runc wrapper (tests/testbed/runtime/runc, copied into the node) comes first on the
+    # engine's PATH only.
+    node_spawn(node, f'PATH={node.runtime_dir}:$PATH exec dockerd {flags}', node.dir / "dockerd.log")
     wait_for(lambda: docker_running(node), f"dockerd on {node.name}", 60)
 
 

@@ -20,7 +20,9 @@ def port_busy_apply(node: Node, options) -> dict:
     if listening(node, port):
         raise CommandError(f"port {port} on {node.name} is already in use")
     pidfile = f"/run/sparkpair-testbed/port-busy-{port}.pid"
-    script = f"exec /usr/bin/python3 {TESTBED_DIR / 'busy_port.py'} {port} {pidfile}"
+    program = node.dir / "busy_port.py"  # a copy: the repository may be invisible in the node (private /tmp)
+    shutil.copy2(TESTBED_DIR / "busy_port.py", program)
+    script = f"exec /usr/bin/python3 {program} {port} {pidfile}"
     node_spawn(node, script, node.dir / "port-busy.log")
     wait_for(lambda: listening(node, port), f"the stray listener on {node.name}:{port}", 10)
     return {"port": port, "pidfile": pidfile}

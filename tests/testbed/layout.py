@@ -13,6 +13,7 @@ from pathlib import Path
 TESTBED_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTBED_DIR.parent.parent
 STANDINS_DIR = TESTBED_DIR / "standins"
+RUNTIME_DIR = TESTBED_DIR / "runtime"
 IMAGE_DIR = TESTBED_DIR / "image"
 ENGINE_DIR = TESTBED_DIR / "engine"
 ALLOWLIST = REPO_ROOT / "sparkpair" / "data" / "trtllm_allowlist.json"
@@ -87,6 +88,11 @@ class Node:
     def dir(self) -> Path:
         """The node's private files (homes, /etc overlay, docker data)."""
         return STATE_DIR / "nodes" / self.name
+
+    @property
+    def runtime_dir(self) -> Path:
+        """Where the node's Docker engine finds the runc wrapper (a copy of tests/testbed/runtime)."""
+        return self.dir / "runtime"
 
     @property
     def mgmt_host_veth(self) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from hostexec import run
 from layout import (DGX_RELEASE, ENVIRONMENT, MGMT_GATEWAY, MGMT_IFACE, MGMT_PREFIX, NODES,
-                    STANDINS_DIR, USER, Node)
+                    RUNTIME_DIR, STANDINS_DIR, USER, Node)
 
 # Like Ubuntu's systemd-resolved stub, but nothing answers there: names resolve from
 # /etc/hosts only, and no DNS query ever leaves the node for the host's resolver.
@@ -151,13 +151,15 @@ def prepare_home(node: Node, operator_pub: str) -> None:
 
 
 def install_standins(node: Node) -> None:
-    """Copy the stand-ins into the node's /usr/local/bin (refreshed on every up)."""
-    target = node.dir / "usr-local-bin"
-    target.mkdir(mode=0o755, exist_ok=True)
-    for source in sorted(STANDINS_DIR.iterdir()):
-        if source.is_file() and not source.name.startswith((".", "_")) and source.suffix != ".md":
-            shutil.copy2(source, target / source.name)
-            (target / source.name).chmod(0o755)
+    """Copy the stand-ins into the node's /usr/local/bin, and the runc wrapper into the node's
+    runtime dir (refreshed on every up). Copies, because the repository may live where the node
+    cannot see it (the node's /tmp is private)."""
+    for source_dir, target in ((STANDINS_DIR, node.dir / "usr-local-bin"), (RUNTIME_DIR, node.runtime_dir)):
+        target.mkdir(mode=0o755, exist_ok=True)
+        for source in sorted(source_dir.iterdir()):
+            if source.is_file() and not source.name.startswith((".", "_")) and source.suffix != ".md":
+                shutil.copy2(source, target / source.name)
+                (target / source.name).chmod(0o755)
 
 
 def prepare(node: Node, operator_pub: str) -> None:
