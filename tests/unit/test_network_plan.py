@@ -88,7 +88,7 @@ def test_link_subnet_holding_the_management_address_is_refused() -> None:
 
 
 def test_conflicting_netplan_file_is_named_and_taken_over_with_replace() -> None:
-    other = "network:\n  version: 2\n  ethernets:\n    enp1s0f1np1:\n      addresses: [10.9.9.9/24]\n"
+    other = "network:\n  version: 2\n  ethernets:\n    enp1s0f1np1:\n      addresses: [198.19.9.9/24]\n"
     facts = _facts()
     for node in facts.values():
         node["netplan_files"]["/etc/netplan/40-cx7.yaml"] = net.NetplanFile("/etc/netplan/40-cx7.yaml", other,
