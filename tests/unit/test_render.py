@@ -144,3 +144,14 @@ def test_recipe_matches_nvidia_for_the_example(example_inventory_path: Path) -> 
     pairs = dict(zip(serve[2::2], serve[3::2]))
     assert pairs["--backend"] == "pytorch" and pairs["--tp_size"] == "2" and pairs["--max_num_tokens"] == "1024"
     assert pairs["--port"] == "8355" and pairs["--host"] == "0.0.0.0"
+
+
+def test_netplan_file_does_not_depend_on_the_order_of_links(example_inventory_path: Path) -> None:
+    data = yaml.safe_load(example_inventory_path.read_text())
+    for node in data["nodes"]:
+        node["links"] = dict(reversed(list(node["links"].items())))
+    reordered = parse_inventory(data, "inventory.example.yaml")
+    original = read_inventory(example_inventory_path)
+    for before, after in zip(original.nodes, reordered.nodes):
+        assert list(before.links) != list(after.links)
+        assert render.netplan_file(original, before).content == render.netplan_file(reordered, after).content
