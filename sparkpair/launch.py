@@ -76,6 +76,13 @@ def config_changes(pair: Pair, inventory: Inventory, options: LaunchOptions, nod
     return changes
 
 
+@dataclass
+class Stage:
+    """The launch step under way, named in the report when Ctrl-C stops it."""
+
+    now: str = "writing the engine configuration"
+
+
 def launch(pair: Pair, inventory: Inventory, options: LaunchOptions) -> int:
     """The whole launch; the exit status."""
     profile = inventory.profile(options.profile)
@@ -90,18 +97,18 @@ def launch(pair: Pair, inventory: Inventory, options: LaunchOptions) -> int:
     changes = config_changes(pair, inventory, options, nodes)
     if options.dry_run:
         return _show_plan(pair, inventory, options, nodes, changes)
-    stage = ["writing the engine configuration"]
+    stage = Stage()
     try:
         return _apply(pair, inventory, options, profile, nodes, changes, start, stage)
     except KeyboardInterrupt:
-        raise Interrupted(f"interrupted while {stage[0]}; {_holdings(pair, inventory, nodes)}; every file sparkpair "
+        raise Interrupted(f"interrupted while {stage.now}; {_holdings(pair, inventory, nodes)}; every file sparkpair "
                           f"wrote is whole. Continue with: sparkpair launch {options.profile}; undo with: "
                           "sparkpair stop") from None
 
 
 def _apply(pair: Pair, inventory: Inventory, options: LaunchOptions, profile: Profile, nodes: list[str],
-           changes: list[steps.Change], start: float, stage: list[str]) -> int:
-    """Everything launch changes, in order; stage[0] names the step under way (for Ctrl-C)."""
+           changes: list[steps.Change], start: float, stage: Stage) -> int:
+    """Everything launch changes, in order; stage.now names the step under way (for Ctrl-C)."""
     for name in nodes:
         pair.nodes[name].check(Shell("mkdir -p -m 700 {}", f"{pair.nodes[name].home}/{recipe.NODE_CONFIG_DIR}"))
     if changes:
@@ -111,31 +118,31 @@ def _apply(pair: Pair, inventory: Inventory, options: LaunchOptions, profile: Pr
             if any(outcome.interrupted for outcome in outcomes.values()):
                 raise KeyboardInterrupt
             return 1
-    stage[0] = "placing the HF token"
+    stage.now = "placing the HF token"
     _place_token(pair, nodes)
-    stage[0] = "starting the engine containers"
+    stage.now = "starting the engine containers"
     _start_containers(pair, inventory, options, nodes)
     if lifecycle.engine_running(pair.nodes[nodes[0]], inventory):
         if not changes:
             report.line("the engine is already running with this configuration")
-            stage[0] = "waiting for the engine to become ready"
+            stage.now = "waiting for the engine to become ready"
             return _finish(pair, inventory, profile, nodes, options, start)
-        stage[0] = "stopping the engine that ran the old configuration"
+        stage.now = "stopping the engine that ran the old configuration"
         report.progress(nodes[0], "configuration changed: stopping the running engine")
         lifecycle.stop_engine(pair, inventory, nodes)
-    stage[0] = "getting the models onto every node (a rerun resumes)"
+    stage.now = "getting the models onto every node (a rerun resumes)"
     revisions = modelsync.ensure_models(pair, inventory, profile.repos, nodes, options.model_source,
                                         report.progress)
     head = pair.nodes[nodes[0]]
     argv = recipe.mpirun_argv(inventory, profile)
-    stage[0] = "starting the engine"
+    stage.now = "starting the engine"
     report.progress(head.name, "starting: " + recipe.shell_line(argv))
     lifecycle.start_engine(head, inventory, argv)
     lifecycle.write_state(head, {"profile": options.profile, "nodes": nodes, "started": time.time(),
                                  "revisions": revisions, "transport": inventory.container.mpi_transport,
                                  "image_id": containers.image_id(head, inventory.container.image),
                                  "endpoint": f"http://{inventory.node(nodes[0]).host}:{inventory.server.port}/v1"})
-    stage[0] = "waiting for the engine to become ready"
+    stage.now = "waiting for the engine to become ready"
     return _finish(pair, inventory, profile, nodes, options, start)
 
 
