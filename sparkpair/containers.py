@@ -16,6 +16,7 @@ from sparkpair import recipe
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory
 from sparkpair.transport import NodeConnection, Shell
+from sparkpair.transport.dockerapi import docker_errors, find_container, find_image_id, run_container
 
 SPEC_LABEL = "sparkpair.spec"
 
@@ -27,29 +28,22 @@ def spec_hash(spec: recipe.ContainerSpec) -> str:
 
 def node_spec(inventory: Inventory, connection: NodeConnection) -> recipe.ContainerSpec:
     """The spec for this node: GPUs when the NVIDIA runtime exists, /dev/infiniband when present."""
-    client = connection.docker()
-    gpus = "nvidia" in (client.info().get("Runtimes") or {})
+    with docker_errors(connection.name, "docker info"):
+        gpus = "nvidia" in (connection.docker().info().get("Runtimes") or {})
     infiniband = connection.run(Shell("test -d /dev/infiniband")).ok
     return recipe.container_spec(inventory, connection.node, connection.home, gpus=gpus, infiniband=infiniband)
 
 
 def image_id(connection: NodeConnection, image: str) -> str | None:
-    import docker.errors
-
-    try:
-        return str(connection.docker().images.get(image).id)
-    except docker.errors.ImageNotFound:
-        return None
+    """The node's image ID for image, or None when it does not have it."""
+    with docker_errors(connection.name, f"docker image inspect {image}"):
+        return find_image_id(connection.docker(), image)
 
 
 def find(connection: NodeConnection, name: str) -> Any:
     """The container called name on the node, or None."""
-    import docker.errors
-
-    try:
-        return connection.docker().containers.get(name)
-    except docker.errors.NotFound:
-        return None
+    with docker_errors(connection.name, f"docker container inspect {name}"):
+        return find_container(connection.docker(), name)
 
 
 def ensure(connection: NodeConnection, spec: recipe.ContainerSpec, replace: bool) -> str:
@@ -66,7 +60,8 @@ def ensure(connection: NodeConnection, spec: recipe.ContainerSpec, replace: bool
         if labels.get(SPEC_LABEL) != digest and not replace and existing.status == "running":
             raise SparkpairError(f"{spec.name} is running with another spec (inventory or profile changed)",
                                  node=connection.name, hint="sparkpair stop first, or rerun with --replace")
-        existing.remove(force=True)
+        with docker_errors(connection.name, f"docker rm -f {spec.name}"):
+            existing.remove(force=True)
         action = "replaced"
     else:
         action = "started"
@@ -83,20 +78,12 @@ def _prepare_host_dirs(connection: NodeConnection, spec: recipe.ContainerSpec) -
 
 
 def _run(connection: NodeConnection, spec: recipe.ContainerSpec, digest: str) -> None:
-    import docker.errors
-    from docker.types import DeviceRequest, Ulimit
-
-    try:
-        connection.docker().containers.run(
-            spec.image, spec.command, name=spec.name, detach=True, network_mode="host", ipc_mode="host",
-            environment=spec.env, labels={**spec.labels, SPEC_LABEL: digest},
-            ulimits=[Ulimit(name=name, soft=value, hard=value) for name, value in spec.ulimits.items()],
-            volumes={source: {"bind": target, "mode": mode} for target, (source, mode) in spec.mounts.items()},
-            devices=[f"{device}:{device}" for device in spec.devices],
-            device_requests=[DeviceRequest(count=-1, capabilities=[["gpu"]])] if spec.gpus else [])
-    except docker.errors.APIError as error:
-        raise SparkpairError(f"docker run {spec.image} failed: {error.explanation or error}",
-                             node=connection.name) from None
+    with docker_errors(connection.name, f"docker run {spec.image}"):
+        run_container(connection.docker(), spec.image, spec.command, name=spec.name, network_mode="host",
+                      ipc_mode="host", environment=spec.env, labels={**spec.labels, SPEC_LABEL: digest},
+                      ulimits=spec.ulimits, gpus=spec.gpus, devices=[f"{device}:{device}" for device in spec.devices],
+                      volumes={source: {"bind": target, "mode": mode}
+                               for target, (source, mode) in spec.mounts.items()})
 
 
 def remove(connection: NodeConnection, name: str) -> str:
@@ -104,18 +91,23 @@ def remove(connection: NodeConnection, name: str) -> str:
     existing = find(connection, name)
     if existing is None:
         return f"no {name} container"
-    existing.remove(force=True)
+    with docker_errors(connection.name, f"docker rm -f {name}"):
+        existing.remove(force=True)
     return f"removed {name}"
 
 
 def exec_in(connection: NodeConnection, name: str, argv: list[str], *, user: str | None = None,
-            detach: bool = False, environment: dict[str, str] | None = None) -> tuple[int, str]:
-    """Run argv inside the node's engine container; (exit code, combined output)."""
-    container = find(connection, name)
+            detach: bool = False, environment: dict[str, str] | None = None,
+            container: Any = None) -> tuple[int, str]:
+    """Run argv inside the node's engine container; (exit code, combined output).
+
+    container: the container as `find` just returned it, to spare a second lookup."""
+    container = container or find(connection, name)
     if container is None or container.status != "running":
         raise SparkpairError(f"engine container {name} is not running", node=connection.name,
                              hint="sparkpair launch")
-    result = container.exec_run(argv, user=user or "", detach=detach, environment=environment)
+    with docker_errors(connection.name, f"docker exec {name}"):
+        result = container.exec_run(argv, user=user or "", detach=detach, environment=environment)
     if detach:
         return 0, ""
     return int(result.exit_code or 0), result.output.decode("utf-8", "replace")
@@ -124,15 +116,16 @@ def exec_in(connection: NodeConnection, name: str, argv: list[str], *, user: str
 def stream_in(connection: NodeConnection, name: str, argv: list[str], on_line: Callable[[str], None], *,
               user: str | None = None, environment: dict[str, str] | None = None) -> int:
     """Run argv in the container, handing each output line to on_line as it comes; the exit code."""
-    client = connection.docker().api
-    exec_id = client.exec_create(name, argv, user=user or "", environment=environment)["Id"]
-    pending = ""
-    for chunk in client.exec_start(exec_id, stream=True):
-        pending += chunk.decode("utf-8", "replace").replace("\r", "\n")
-        *lines, pending = pending.split("\n")
-        for line in lines:
-            if line.strip():
-                on_line(line)
-    if pending.strip():
-        on_line(pending)
-    return int(client.exec_inspect(exec_id).get("ExitCode") or 0)
+    with docker_errors(connection.name, f"docker exec {name}"):
+        client = connection.docker().api
+        exec_id = client.exec_create(name, argv, user=user or "", environment=environment)["Id"]
+        pending = ""
+        for chunk in client.exec_start(exec_id, stream=True):
+            pending += chunk.decode("utf-8", "replace").replace("\r", "\n")
+            *lines, pending = pending.split("\n")
+            for line in lines:
+                if line.strip():
+                    on_line(line)
+        if pending.strip():
+            on_line(pending)
+        return int(client.exec_inspect(exec_id).get("ExitCode") or 0)

@@ -7,6 +7,12 @@ where there is one, the fix. Anything else reaching the CLI is a bug.
 from __future__ import annotations
 
 
+def last_line(text: str, fallback: str) -> str:
+    """The last non-empty line of a command's output (its stderr, usually), or fallback when there is none."""
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else fallback
+
+
 class SparkpairError(Exception):
     """A failure the operator can act on (exit code 1)."""
 
@@ -56,10 +62,8 @@ class RemoteCommandError(SparkpairError):
     """A command on a node exited non-zero where success was required."""
 
     def __init__(self, node: str, command: str, exit_code: int, stderr: str) -> None:
-        detail = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit {exit_code}"
-        super().__init__(f"`{command}` failed: {detail}", node=node)
+        super().__init__(f"`{command}` failed: {last_line(stderr, f'exit {exit_code}')}", node=node)
         self.command = command
-        self.remote_exit_code = exit_code
         self.stderr = stderr
 
 

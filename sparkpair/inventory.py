@@ -153,6 +153,11 @@ class Node(StrictModel):
     port: Port = 22
     links: dict[InterfaceName, LinkAddress] = Field(min_length=1, max_length=4)
 
+    @property
+    def ssh_names(self) -> list[str]:
+        """The names its peer may reach this node by over SSH: every QSFP address, then the node name."""
+        return [str(address.ip) for address in self.links.values()] + [self.name]
+
 
 class Container(StrictModel):
     """The engine container started on both nodes."""

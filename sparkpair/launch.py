@@ -11,9 +11,9 @@ import time
 from dataclasses import dataclass
 
 from sparkpair import containers, diagnose, hftoken, lifecycle, modelsync, recipe, render, report, steps
-from sparkpair.checks import Status, run_checks
-from sparkpair.checks.catalog import CHECKS, is_launch_critical
-from sparkpair.checks.collect import collect
+from sparkpair.checks import Finding, Status, selected
+from sparkpair.checks.catalog import is_launch_critical
+from sparkpair.checks.doctor import doctor
 from sparkpair.errors import Interrupted, SparkpairError, UsageError
 from sparkpair.inventory import Inventory
 from sparkpair.profiles import Profile
@@ -48,32 +48,32 @@ def rank_nodes(inventory: Inventory, profile: Profile, node: str | None) -> list
     return [node or inventory.head.name]
 
 
-def preflight(pair: Pair, inventory: Inventory, options: LaunchOptions, nodes: list[str]) -> list:
+def preflight(pair: Pair, inventory: Inventory, options: LaunchOptions, nodes: list[str]) -> list[Finding]:
     """The launch-critical doctor findings that FAIL (empty: go)."""
-    facts = collect(pair, inventory, options.profile, timeout=60)
-    facts.operator_token = hftoken.find_token() is not None
-    facts.serving_node = nodes[0]
-    findings = run_checks(facts, CHECKS)
+    findings = doctor(pair, inventory, options.profile, serving_node=nodes[0])
     relevant = [f for f in findings if f.status is Status.FAIL and is_launch_critical(f.check)]
     if len(nodes) == 1:
-        relevant = [f for f in relevant if f.node == nodes[0] and
-                    any(f.check == c or f.check.startswith(f"{c}.") for c in SINGLE_NODE_CHECKS)]
+        relevant = [f for f in relevant if f.node == nodes[0] and selected(f.check, set(SINGLE_NODE_CHECKS))]
     return relevant
 
 
-def config_changes(pair: Pair, inventory: Inventory, options: LaunchOptions, nodes: list[str]) -> list[steps.Change]:
-    """Rendered engine files that differ from what each node holds in ~/.sparkpair/config."""
-    files = render.node_config_files(inventory, options.profile)
-    changes = []
-    for name in nodes:
-        connection = pair.nodes[name]
+def config_changes(pair: Pair, files: list[render.RenderedFile], nodes: list[str]) -> list[steps.Change]:
+    """Rendered engine files that differ from what each node holds in ~/.sparkpair/config (nodes at once)."""
+    def node_changes(connection: NodeConnection) -> list[steps.Change]:
+        changes = []
         for item in files:
-            path = f"~/{recipe.NODE_CONFIG_DIR}/{item.path}"
             current = connection.read(f"{connection.home}/{recipe.NODE_CONFIG_DIR}/{item.path}")
-            change = steps.write_change(name, path, current.decode() if current is not None else None, item.content,
+            change = steps.write_change(connection.name, f"~/{recipe.NODE_CONFIG_DIR}/{item.path}",
+                                        current.decode() if current is not None else None, item.content,
                                         mode=item.mode)
             changes += [change] if change else []
-    return changes
+        return changes
+
+    results = pair.each(node_changes, names=nodes)
+    for name in nodes:
+        if isinstance(results[name], BaseException):
+            raise results[name]
+    return [change for name in nodes for change in results[name]]
 
 
 @dataclass
@@ -87,14 +87,14 @@ def launch(pair: Pair, inventory: Inventory, options: LaunchOptions) -> int:
     """The whole launch; the exit status."""
     profile = inventory.profile(options.profile)
     nodes = rank_nodes(inventory, profile, options.node)
-    render.node_config_files(inventory, options.profile)  # a bad profile fails here, before any node is touched
+    files = render.node_config_files(inventory, options.profile)  # a bad profile fails here, before any node is touched
     start = time.monotonic()
     failures = preflight(pair, inventory, options, nodes)
     if failures:
         report.findings(failures)
         report.error_lines([f"preflight: {len(failures)} launch-critical check(s) FAIL; nothing was started"])
         return 1
-    changes = config_changes(pair, inventory, options, nodes)
+    changes = config_changes(pair, files, nodes)
     if options.dry_run:
         return _show_plan(pair, inventory, options, nodes, changes)
     stage = Stage()
@@ -122,26 +122,28 @@ def _apply(pair: Pair, inventory: Inventory, options: LaunchOptions, profile: Pr
     _place_token(pair, nodes)
     stage.now = "starting the engine containers"
     _start_containers(pair, inventory, options, nodes)
+    argv = recipe.mpirun_argv(inventory, profile)
     if lifecycle.engine_running(pair.nodes[nodes[0]], inventory):
-        if not changes:
+        state = lifecycle.read_state(pair.head) or {}
+        if not changes and state.get("command") == recipe.shell_line(argv) and state.get("nodes") == nodes:
             report.line("the engine is already running with this configuration")
             stage.now = "waiting for the engine to become ready"
             return _finish(pair, inventory, profile, nodes, options, start)
         stage.now = "stopping the engine that ran the old configuration"
-        report.progress(nodes[0], "configuration changed: stopping the running engine")
+        report.progress(nodes[0], "configuration or serve command changed: stopping the running engine")
         lifecycle.stop_engine(pair, inventory, nodes)
     stage.now = "getting the models onto every node (a rerun resumes)"
     revisions = modelsync.ensure_models(pair, inventory, profile.repos, nodes, options.model_source,
                                         report.progress)
     head = pair.nodes[nodes[0]]
-    argv = recipe.mpirun_argv(inventory, profile)
     stage.now = "starting the engine"
     report.progress(head.name, "starting: " + recipe.shell_line(argv))
     lifecycle.start_engine(head, inventory, argv)
-    lifecycle.write_state(head, {"profile": options.profile, "nodes": nodes, "started": time.time(),
-                                 "revisions": revisions, "transport": inventory.container.mpi_transport,
-                                 "image_id": containers.image_id(head, inventory.container.image),
-                                 "endpoint": f"http://{inventory.node(nodes[0]).host}:{inventory.server.port}/v1"})
+    lifecycle.write_state(pair.head, {"profile": options.profile, "nodes": nodes, "started": time.time(),
+                                      "command": recipe.shell_line(argv),
+                                      "revisions": revisions, "transport": inventory.container.mpi_transport,
+                                      "image_id": containers.image_id(head, inventory.container.image),
+                                      "endpoint": f"http://{inventory.node(nodes[0]).host}:{inventory.server.port}/v1"})
     stage.now = "waiting for the engine to become ready"
     return _finish(pair, inventory, profile, nodes, options, start)
 

@@ -16,6 +16,7 @@ from sparkpair import containers, recipe
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory
 from sparkpair.probes import prometheus
+from sparkpair.readiness import listed_models
 from sparkpair.transport import NodeConnection, Pair, Shell
 
 LOG = recipe.LOG_DIR
@@ -43,10 +44,12 @@ def exit_code(head: NodeConnection, inventory: Inventory) -> int | None:
 
 def engine_running(head: NodeConnection, inventory: Inventory) -> bool:
     """Whether the serve command started by sparkpair is still alive in the head container."""
-    if containers.find(head, inventory.container.name) is None:
+    container = containers.find(head, inventory.container.name)
+    if container is None or container.status != "running":
         return False
     code, _ = containers.exec_in(head, inventory.container.name,
-                                 ["sh", "-c", f"test ! -e {LOG}/exit_code && kill -0 $(cat {LOG}/serve.pid)"])
+                                 ["sh", "-c", f"test ! -e {LOG}/exit_code && kill -0 $(cat {LOG}/serve.pid)"],
+                                 container=container)
     return code == 0
 
 
@@ -61,9 +64,10 @@ def stop_engine(pair: Pair, inventory: Inventory, nodes: list[str], grace_s: flo
     while engine_running(head, inventory) and time.monotonic() < deadline:
         time.sleep(0.3)
     for name in nodes:
-        if containers.find(pair.nodes[name], inventory.container.name) is not None:
+        container = containers.find(pair.nodes[name], inventory.container.name)
+        if container is not None and container.status == "running":
             containers.exec_in(pair.nodes[name], inventory.container.name,
-                               ["sh", "-c", "pkill -KILL -f '[t]rtllm-|[m]pirun|[o]rted'; true"])
+                               ["sh", "-c", "pkill -KILL -f '[t]rtllm-|[m]pirun|[o]rted'; true"], container=container)
 
 
 def rank_logs(head: NodeConnection, inventory: Inventory, rank: int | None, tail: int) -> str:
@@ -101,12 +105,13 @@ class Status:
     reason: str = ""
 
 
-def _ranks_alive(connection: NodeConnection, inventory: Inventory) -> int:
-    container = containers.find(connection, inventory.container.name)
+def _ranks_alive(connection: NodeConnection, inventory: Inventory, container: Any) -> int:
+    """Serve processes in the node's engine container (0 when it is not running)."""
     if container is None or container.status != "running":
         return 0
     _, output = containers.exec_in(connection, inventory.container.name,
-                                   ["sh", "-c", "pgrep -f '[t]rtllm-serve|[t]rtllm-llmapi-launch' | wc -l"])
+                                   ["sh", "-c", "pgrep -f '[t]rtllm-serve|[t]rtllm-llmapi-launch' | wc -l"],
+                                   container=container)
     return int(output.strip() or 0)
 
 
@@ -119,13 +124,13 @@ def status(pair: Pair, inventory: Inventory) -> Status:
     for name in names:
         container = containers.find(pair.nodes[name], inventory.container.name)
         result.nodes[name] = {"container": container.status if container else "absent",
-                              "ranks_alive": _ranks_alive(pair.nodes[name], inventory)}
+                              "ranks_alive": _ranks_alive(pair.nodes[name], inventory, container)}
     port = inventory.server.port
     health = pair.nodes[names[0]].http(port, "GET", "/health", timeout=5)
     result.health = "ok" if health and health[0] == 200 else ("down" if health is None else f"http {health[0]}")
     models = pair.nodes[names[0]].http(port, "GET", "/v1/models", timeout=5) if health else None
     if models and models[0] == 200:
-        result.model = ",".join(m.get("id", "") for m in json.loads(models[1]).get("data", []))
+        result.model = ",".join(listed_models(models[1]))
     metrics = pair.nodes[names[0]].http(port, "GET", "/prometheus/metrics", timeout=5) if health else None
     if metrics and metrics[0] == 200:
         counters = prometheus.parse(metrics[1].decode("utf-8", "replace"))

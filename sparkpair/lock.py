@@ -29,7 +29,10 @@ def holder(command: str) -> dict[str, object]:
 
 
 def describe(info: dict[str, object]) -> str:
-    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(info.get("since", 0))))
+    try:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(info.get("since", 0))))
+    except (TypeError, ValueError, OverflowError, OSError):  # a lock file written by hand, or damaged
+        since = "an unknown time"
     return f"{info.get('user')}@{info.get('host')} pid {info.get('pid')} ({info.get('command')}, since {since})"
 
 
@@ -41,9 +44,18 @@ def is_stale(info: dict[str, object]) -> bool:
         os.kill(int(info.get("pid", 0)), 0)
     except ProcessLookupError:
         return True
-    except (PermissionError, ValueError):
+    except (PermissionError, ValueError, TypeError, OverflowError):
         return False
     return False
+
+
+def parse(raw: bytes | str | None) -> dict[str, object] | None:
+    """The holder record in a lock file's content; None when it is missing, empty or not a JSON object."""
+    try:
+        info = json.loads(raw) if raw else None
+    except ValueError:  # includes UnicodeDecodeError
+        return None
+    return info if isinstance(info, dict) else None
 
 
 def _try_take(head: NodeConnection, mine: dict[str, object]) -> dict[str, object] | None:
@@ -57,17 +69,24 @@ def _try_take(head: NodeConnection, mine: dict[str, object]) -> dict[str, object
     if result.ok:
         return None
     raw = head.read(path)
-    try:
-        return json.loads(raw) if raw else {"command": "unknown (empty lock file)"}
-    except ValueError:
-        return {"command": "unknown (unreadable lock file)"}
+    if not raw:
+        return {"command": "unknown (empty lock file)"}
+    return parse(raw) or {"command": "unknown (unreadable lock file)"}
 
 
-def release(head: NodeConnection, mine: dict[str, object]) -> None:
-    """Remove the lock if it is still ours."""
+def release(head: NodeConnection, mine: dict[str, object], warn: object = None) -> None:
+    """Remove the lock if it is still ours; an unreadable lock is not ours: left in place, with a warning."""
     path = f"{head.home}/{LOCK_FILE}"
     raw = head.read(path)
-    if raw and json.loads(raw).get("pid") == mine["pid"] and json.loads(raw).get("host") == mine["host"]:
+    if raw is None:
+        return
+    info = parse(raw)
+    if info is None:
+        if callable(warn):
+            warn(f"{head.name}: left the lock {path} in place: it is unreadable, so it may not be this run's "
+                 "(`sparkpair unlock` removes it)")
+        return
+    if info.get("pid") == mine["pid"] and info.get("host") == mine["host"]:
         head.run(Shell("rm -f {}", path))
 
 
@@ -87,7 +106,7 @@ def held(head: NodeConnection, command: str, warn: object = None) -> Iterator[No
     try:
         yield
     finally:
-        release(head, mine)
+        release(head, mine, warn)
 
 
 def force_unlock(head: NodeConnection) -> str:
@@ -97,7 +116,5 @@ def force_unlock(head: NodeConnection) -> str:
     if raw is None:
         return "no lock"
     head.check(Shell("rm -f {}", path))
-    try:
-        return f"removed the lock of {describe(json.loads(raw))}"
-    except ValueError:
-        return "removed an unreadable lock"
+    info = parse(raw)
+    return f"removed the lock of {describe(info)}" if info is not None else "removed an unreadable lock"

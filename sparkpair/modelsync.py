@@ -10,13 +10,12 @@ import re
 from collections.abc import Callable
 
 from sparkpair import containers, probes, recipe
-from sparkpair.errors import SparkpairError
+from sparkpair.errors import SparkpairError, last_line
 from sparkpair.inventory import Inventory
 from sparkpair.probes import ProbeFailure, models
 from sparkpair.transport import NodeConnection, Pair, Shell
 
 Progress = Callable[[str, str], None]
-SOURCES = ("hub", "cached")  # plus local:PATH
 
 
 def read_manifests(connection: NodeConnection, inventory: Inventory, repos: list[str]) -> dict[str, models.RepoManifest]:
@@ -72,7 +71,7 @@ def copy_to(head: NodeConnection, inventory: Inventory, repo: str, progress: Pro
         raise
     if not result.ok:
         raise SparkpairError(f"copying {repo} to {inventory.worker.name} failed: "
-                             f"{result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.exit_code}",
+                             f"{last_line(result.stderr, f'exit {result.exit_code}')}",
                              node=head.name, hint="sparkpair doctor --only trust,path")
 
 
@@ -96,16 +95,17 @@ def ensure_models(pair: Pair, inventory: Inventory, repos: list[str], nodes: lis
     """Make every repo complete and identical on every node; the verified revision of each."""
     head = pair.nodes[nodes[0]]
     on_head = read_manifests(head, inventory, repos)
-    for repo in repos:
+    fetched = [repo for repo in repos if not on_head[repo].complete]
+    for repo in fetched:
+        fetch_on_head(head, inventory, repo, source, progress)
+    if fetched:  # verify what was fetched; what was complete already needs no second look
+        on_head.update(read_manifests(head, inventory, fetched))
+    for repo in fetched:
         if not on_head[repo].complete:
-            fetch_on_head(head, inventory, repo, source, progress)
-    on_head = read_manifests(head, inventory, repos)
-    for repo, manifest in on_head.items():
-        if not manifest.complete:
-            raise SparkpairError(f"{repo} is still incomplete after fetching ({len(manifest.broken)} files missing)",
-                                 node=head.name, hint="rerun sparkpair launch to resume")
+            raise SparkpairError(f"{repo} is still incomplete after fetching ({len(on_head[repo].broken)} files "
+                                 "missing)", node=head.name, hint="rerun sparkpair launch to resume")
     for name in nodes[1:]:
-        _match_worker(pair, inventory, head, pair.nodes[name], on_head, source, progress)
+        _match_worker(inventory, head, pair.nodes[name], on_head, source, progress)
     revisions = {repo: str(manifest.revision) for repo, manifest in on_head.items()}
     for name, result in pair.each(lambda connection: link(connection, inventory, revisions), names=nodes).items():
         if isinstance(result, BaseException):
@@ -113,9 +113,11 @@ def ensure_models(pair: Pair, inventory: Inventory, repos: list[str], nodes: lis
     return revisions
 
 
-def _match_worker(pair: Pair, inventory: Inventory, head: NodeConnection, worker: NodeConnection,
+def _match_worker(inventory: Inventory, head: NodeConnection, worker: NodeConnection,
                   on_head: dict[str, models.RepoManifest], source: str, progress: Progress) -> None:
+    """Copy each repo the worker lacks or holds differently from the head, then verify the copies."""
     theirs = read_manifests(worker, inventory, list(on_head))
+    copied = []
     for repo, manifest in on_head.items():
         differences = manifest.differences(theirs[repo])
         if not differences and theirs[repo].complete:
@@ -126,9 +128,10 @@ def _match_worker(pair: Pair, inventory: Inventory, head: NodeConnection, worker
                                  node=worker.name, hint="drop --model-source cached to copy it from the head")
         progress(worker.name, f"{repo} {state}; copying from {head.name}")
         copy_to(head, inventory, repo, progress)
-    after = read_manifests(worker, inventory, list(on_head))
-    for repo, manifest in on_head.items():
-        differences = manifest.differences(after[repo])
+        copied.append(repo)
+    after = read_manifests(worker, inventory, copied) if copied else {}
+    for repo in copied:
+        differences = on_head[repo].differences(after[repo])
         if differences or not after[repo].complete:
             raise SparkpairError(f"{repo} still differs from {head.name} after copying: "
                                  f"{differences[0] if differences else 'incomplete'}", node=worker.name)

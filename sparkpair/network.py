@@ -10,6 +10,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,13 +35,9 @@ class NetworkPlan:
     refusals: list[str] = field(default_factory=list)
 
 
-def probe_nodes(pair: Pair) -> dict[str, dict[str, Any]]:
-    """The facts planning needs, from both nodes at once (one round trip each)."""
-    results = pair.each(lambda connection: probes.gather(connection, PLAN_PROBES))
-    for result in results.values():
-        if isinstance(result, BaseException):
-            raise result
-    return results  # type: ignore[return-value]
+def probe_nodes(pair: Pair, extra: Sequence[probes.Probe[Any]] = ()) -> dict[str, dict[str, Any]]:
+    """The facts planning needs (and extra's), from both nodes at once (one round trip each)."""
+    return probes.gather_pair(pair, [*PLAN_PROBES, *extra])
 
 
 def plan_network(inventory: Inventory, facts: dict[str, dict[str, Any]], replace: bool = False) -> NetworkPlan:
@@ -73,9 +70,16 @@ def _refusals(inventory: Inventory, node: Node, facts: dict[str, Any], replace: 
     problems += _lockout_problems(node, interfaces, facts["default_routes"], facts["ssh_session"])
     for path, netplan_file in sorted(facts["netplan_files"].items()):
         overlap = sorted(netplan_file.interfaces & set(node.links))
-        if path != NETPLAN_PATH and overlap and not replace:
+        if path == NETPLAN_PATH or not overlap:
+            continue
+        indirect = sorted(set(overlap) & net.netplan_indirect(netplan_file.content))
+        if not replace:
             problems.append(f"{node.name}: {path} already configures {', '.join(overlap)}; refusing to fight it "
                             "(fix: remove those stanzas, or rerun with --replace to take them over, keeping a backup)")
+        elif indirect:
+            problems.append(f"{node.name}: {path} configures {', '.join(indirect)} through match: name:, a bond's or "
+                            "bridge's interfaces:, a vlan's link: or wifis, which --replace cannot take over "
+                            f"(it only removes stanzas keyed by the interface name); fix: edit {path} by hand")
     return problems
 
 

@@ -32,7 +32,7 @@ def probe_stage(head: NodeConnection, port: int, model: str) -> tuple[str, str]:
     if health[0] != 200:
         return "health", f"/health answered {health[0]}"
     models = head.http(port, "GET", "/v1/models", timeout=5)
-    listed = [m.get("id") for m in _json(models[1]).get("data", [])] if models and models[0] == 200 else []
+    listed = listed_models(models[1]) if models and models[0] == 200 else []
     if model not in listed:
         return "models", f"/v1/models lists {listed or 'nothing'}, not {model}"
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Reply with one word: ready"}],
@@ -43,6 +43,12 @@ def probe_stage(head: NodeConnection, port: int, model: str) -> tuple[str, str]:
     choices = _json(answer[1]).get("choices") or [{}]
     text = (choices[0].get("message") or {}).get("content") or ""
     return ("ready", text.strip()) if text.strip() else ("completion", "the completion came back empty")
+
+
+def listed_models(raw: bytes) -> list[str]:
+    """The model ids in a /v1/models reply; empty for anything that is not such a reply."""
+    items = _json(raw).get("data")
+    return [str(item.get("id", "")) for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
 
 def _json(raw: bytes) -> dict:

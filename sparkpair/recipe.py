@@ -148,12 +148,11 @@ def container_spec(inventory: Inventory, node: Node, home: str, *, gpus: bool,
                    infiniband: bool) -> ContainerSpec:
     """NVIDIA's `docker run` for one node: host network and IPC, memlock -1, 64 MiB stack."""
     container = inventory.container
-    hf_cache = container.hf_cache.replace("~", home, 1) if container.hf_cache.startswith("~") else container.hf_cache
     mounts = {
         CONFIG_DIR: (f"{home}/{NODE_CONFIG_DIR}", "ro"),
         SECRETS_DIR: (f"{home}/{NODE_SECRETS_DIR}", "ro"),
         SSH_DIR: (f"{home}/.ssh", "ro"),
-        HF_HOME: (hf_cache, "rw"),
+        HF_HOME: (hf_cache_on_node(inventory, home), "rw"),
     }
     command = ["sleep", "infinity"]
     if container.mpi_transport == "sshd":

@@ -101,16 +101,16 @@ def llm_api_config(inventory: Inventory, profile_name: str) -> RenderedFile:
 def launch_script(inventory: Inventory, profile_name: str, source: str = "the inventory") -> RenderedFile:
     """The runbook of a launch: every command sparkpair runs, node by node."""
     profile = inventory.profile(profile_name)
-    text = render_template("launch.sh.j2", profile_name=profile_name, profile=profile,
-                           inventory_name=source, steps=runbook.launch_steps(inventory, profile_name),
+    config_files = [item.path for item in node_config_files(inventory, profile_name)]
+    text = render_template("launch.sh.j2", profile_name=profile_name, profile=profile, inventory_name=source,
+                           steps=runbook.launch_steps(inventory, profile_name, config_files),
                            secrets_dir=recipe.NODE_SECRETS_DIR, token_path=recipe.HF_TOKEN_FILE)
     return RenderedFile(f"{profile_name}/launch.sh", text, 0o755)
 
 
 def rsh_agent(inventory: Inventory) -> RenderedFile:
     """mpirun's rsh agent for the inventory's MPI transport."""
-    nodes = [{"name": node.name, "names": [str(a.ip) for a in node.links.values()] + [node.name]}
-             for node in inventory.nodes]
+    nodes = [{"name": node.name, "names": node.ssh_names} for node in inventory.nodes]
     text = render_template("mpi-rsh-agent.sh.j2", cluster=inventory.cluster.name, nodes=nodes,
                            transport=inventory.container.mpi_transport, sshd_port=inventory.container.sshd_port,
                            ssh_dir=recipe.SSH_DIR, user=inventory.cluster.user, container=inventory.container.name)

@@ -27,8 +27,8 @@ def shell_words(argv: list[str]) -> str:
     return " ".join(f'"{arg}"' if HOME in arg else shlex.quote(arg) for arg in argv)
 
 
-def launch_steps(inventory: Inventory, profile_name: str) -> list[Step]:
-    """Every step of `sparkpair launch PROFILE`, in order."""
+def launch_steps(inventory: Inventory, profile_name: str, config_files: list[str]) -> list[Step]:
+    """Every step of `sparkpair launch PROFILE`, in order; config_files: what launch puts in ~/.sparkpair/config."""
     profile = inventory.profile(profile_name)
     nodes = inventory.nodes if profile.is_pair else [inventory.head]
     where_all = " and ".join(node.name for node in nodes)
@@ -36,7 +36,7 @@ def launch_steps(inventory: Inventory, profile_name: str) -> list[Step]:
     steps = [
         Step("Preflight: the launch-critical checks", "this machine", ("sparkpair doctor",)),
         Step("Files: rendered config in ~/.sparkpair/config, token in ~/.sparkpair/secrets (0600)", where_all,
-             tuple(f"# ~/{recipe.NODE_CONFIG_DIR}/{file}" for file in _config_files(profile))),
+             tuple(f"# ~/{recipe.NODE_CONFIG_DIR}/{file}" for file in config_files)),
         Step("Engine container", where_all, (shell_words(_docker_run(inventory)),)),
         Step("Models into the HF cache, verified by manifest", inventory.head.name,
              tuple(_download_lines(name, profile))),
@@ -53,11 +53,6 @@ def launch_steps(inventory: Inventory, profile_name: str) -> list[Step]:
     return steps
 
 
-def _config_files(profile: Profile) -> list[str]:
-    files = ["container.env", "extra-llm-api-config.yml"]
-    return files + (["openmpi-hostfile", "mpi-rsh-agent"] if profile.is_pair else [])
-
-
 def _docker_run(inventory: Inventory) -> list[str]:
     spec = recipe.container_spec(inventory, inventory.head, HOME, gpus=True, infiniband=True)
     return recipe.docker_run_argv(spec)
@@ -69,7 +64,7 @@ def _download_lines(container: str, profile: Profile) -> list[str]:
         argv = ["docker", "exec", "-u", "$(id -u):$(id -g)", container] + recipe.download_argv(repo)
         lines.append(" ".join(shlex.quote(a) if not a.startswith("$(") else f'"{a}"' for a in argv))
     if profile.draft:
-        link, target = recipe.snapshot_link(profile.draft, "$(cat refs/main)")
+        _, target = recipe.snapshot_link(profile.draft, "$(cat refs/main)")
         lines.append(f"# stable draft path: {recipe.model_link(profile.draft)} -> {target}")
     return lines
 

@@ -29,9 +29,9 @@ def setup_network(pair: Pair, inventory: Inventory, options: Options) -> int:
     if options.restore:
         return restore(pair, inventory)
     try:
-        facts = network.probe_nodes(pair)
+        facts = network.probe_nodes(pair, [] if options.skip_ssh else [trust.SSH_FILES])
         plan = network.plan_network(inventory, facts, options.replace)
-        files = {} if options.skip_ssh else trust.probe_ssh_files(pair)
+        files = {} if options.skip_ssh else trust.ssh_files(facts)
         host_keys = {name: connection.server_key() for name, connection in pair.nodes.items()}
         trust_changes, trust_refusals = ([], []) if options.skip_ssh else trust.trust_plan(inventory, files, host_keys)
         key_changes = trust.key_changes(files)
@@ -66,7 +66,7 @@ def setup_network(pair: Pair, inventory: Inventory, options: Options) -> int:
     if options.skip_ssh:
         return 0
     try:
-        return _establish_trust(pair, inventory, host_keys, key_changes, stamp)
+        return _establish_trust(pair, inventory, host_keys, key_changes, trust_changes, stamp)
     except KeyboardInterrupt:
         raise Interrupted("interrupted while setting up SSH trust; the network is applied and verified, and each "
                           "trust change reported above is complete. Finish with: sparkpair setup-network --yes; "
@@ -74,7 +74,7 @@ def setup_network(pair: Pair, inventory: Inventory, options: Options) -> int:
 
 
 def _report_states(pair: Pair, inventory: Inventory) -> None:
-    """Each node's twins as they are now (after an interrupt: best effort, never raises)."""
+    """Each node's twins as they are now (best effort, never raises: it follows a failure or an interrupt)."""
     for name, connection in pair.nodes.items():
         try:
             report.note(f"{name}: now {network.node_state(connection, inventory.node(name))}")
@@ -104,18 +104,19 @@ def _roll_back(pair: Pair, inventory: Inventory, why: str) -> None:
             report.error_lines([f"{name}: rollback failed: {result}"])
         else:
             report.note(f"{name}: {'; '.join(result)}")
-    for name, connection in pair.nodes.items():
-        report.note(f"{name}: now {network.node_state(connection, inventory.node(name))}")
+    _report_states(pair, inventory)
 
 
 def _establish_trust(pair: Pair, inventory: Inventory, host_keys: dict[str, tuple[str, str]],
-                     key_changes: list[steps.Change], stamp: str) -> int:
-    if key_changes and not _applied(pair, key_changes, stamp):
-        return 1
-    changes, refusals = trust.trust_plan(inventory, trust.probe_ssh_files(pair), host_keys)
-    if refusals:
-        report.error_lines(refusals)
-        return 1
+                     key_changes: list[steps.Change], changes: list[steps.Change], stamp: str) -> int:
+    """Apply key_changes, then changes (planned before any key was made: re-planned if one was)."""
+    if key_changes:
+        if not _applied(pair, key_changes, stamp):
+            return 1
+        changes, refusals = trust.trust_plan(inventory, trust.probe_ssh_files(pair), host_keys)
+        if refusals:
+            report.error_lines(refusals)
+            return 1
     if changes and not _applied(pair, changes, stamp):
         return 1
     problems = trust.verify_trust(pair, inventory)

@@ -38,7 +38,8 @@ class RemoveFile:
 
 @dataclass(frozen=True)
 class RunCommand:
-    """Run a command that must succeed; `creates` lists files it makes (removed on restore)."""
+    """Run a command that must succeed; `creates` lists files it makes (on restore: removed, or put back
+    as they were if they existed before)."""
 
     command: Shell
     sudo: bool = False
@@ -119,7 +120,7 @@ def read_journal(connection: NodeConnection, command: str) -> Journal | None:
 
 
 def _save_journal(connection: NodeConnection, journal: Journal) -> None:
-    connection.check(Shell("mkdir -p {}", f"{connection.home}/{JOURNAL_DIR}"))
+    """Write the journal (its directory exists: `_journal_for` made it)."""
     connection.put(journal.to_json(), journal_path(connection, journal.command), mode=0o600)
 
 
@@ -150,9 +151,7 @@ def _run_action(connection: NodeConnection, journal: Journal, action: Action) ->
         connection.check(Shell("rm -f {}", path), sudo=action.sudo)
     else:
         for created in action.creates:
-            journal.entries.append({"path": _expand(connection, created), "backup": None, "sudo": action.sudo})
-        if action.creates:
-            _save_journal(connection, journal)
+            _backup(connection, journal, _expand(connection, created), action.sudo)
         connection.check(action.command, sudo=action.sudo)
 
 
@@ -166,6 +165,8 @@ def _journal_for(connection: NodeConnection, command: str, stamp: str) -> Journa
     if existing is not None and existing.stamp == stamp:
         existing.finished = False
         return existing
+    if existing is None:
+        connection.check(Shell("mkdir -p {}", f"{connection.home}/{JOURNAL_DIR}"))
     return Journal(command, stamp)
 
 

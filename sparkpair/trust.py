@@ -14,29 +14,33 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkpair import probes, steps
-from sparkpair.probes import net
+from sparkpair.errors import SparkpairError, last_line
 from sparkpair.inventory import Inventory, Node
-from sparkpair.probes import Probe, ProbeFailure
-from sparkpair.transport import Pair, Shell
+from sparkpair.probes import FILE_MARK, Probe, ProbeFailure, net
+from sparkpair.transport import Pair, Shell, fingerprint
 
 JOURNAL = "trust"
 KEY = "~/.ssh/id_ed25519"
-FILE_MARK = "\x1c"
 
 
 @dataclass(frozen=True)
 class SshFiles:
-    """A node's SSH client state: its public key (if any), authorized_keys, known_hosts, hostname."""
+    """A node's SSH client state: its public key (if any), authorized_keys, known_hosts, hostname.
+
+    private_key: whether ~/.ssh/id_ed25519 exists (only that: the probe never reads a private key).
+    """
 
     public_key: str | None
     authorized_keys: str | None
     known_hosts: str | None
     hostname: str
     host_keys: tuple[tuple[str, str], ...] = ()
+    private_key: bool = False
 
 
 def parse_ssh_files(text: str) -> SshFiles:
-    """Parse the FS-separated sections `pub`, `authorized_keys`, `known_hosts`, `hostname`."""
+    """Parse the FS-separated sections `pub`, `authorized_keys`, `known_hosts`, `hostname`, `host_keys`,
+    and `private_key` (present or absent, never its content)."""
     sections: dict[str, str | None] = {}
     for chunk in text.split(FILE_MARK)[1:]:
         name, _, content = chunk.partition("\n")
@@ -45,14 +49,17 @@ def parse_ssh_files(text: str) -> SshFiles:
     public = sections.get("pub")
     host_keys = tuple(key for key in (key_body(line) for line in (sections.get("host_keys") or "").splitlines()) if key)
     return SshFiles(public.strip() if public else None, sections.get("authorized_keys"),
-                    sections.get("known_hosts"), (sections.get("hostname") or "").strip(), host_keys)
+                    sections.get("known_hosts"), (sections.get("hostname") or "").strip(), host_keys,
+                    sections.get("private_key") is not None)
 
 
 SSH_FILES = Probe("ssh_files", Shell(
     'for f in pub:.ssh/id_ed25519.pub authorized_keys:.ssh/authorized_keys known_hosts:.ssh/known_hosts; do '
     'n=${f%%:*}; p="$HOME/${f#*:}"; if [ -f "$p" ]; then printf "\\034present %s\\n" "$n"; cat "$p"; '
     'else printf "\\034absent %s\\n" "$n"; fi; done; printf "\\034present hostname\\n"; hostname; '
-    'printf "\\034present host_keys\\n"; cat /etc/ssh/ssh_host_*_key.pub 2>/dev/null; true'), parse_ssh_files)
+    'printf "\\034present host_keys\\n"; cat /etc/ssh/ssh_host_*_key.pub 2>/dev/null; '
+    'if [ -e "$HOME/.ssh/id_ed25519" ]; then s=present; else s=absent; fi; printf "\\034%s private_key\\n" "$s"; true'),
+    parse_ssh_files)
 
 
 def key_body(line: str) -> tuple[str, str] | None:
@@ -84,30 +91,42 @@ def known_keys(known_hosts: str | None, name: str) -> list[tuple[str, str]]:
     return keys
 
 
-def fingerprint(key_type: str, body: str) -> str:
-    digest = base64.b64encode(hashlib.sha256(base64.b64decode(body)).digest()).decode().rstrip("=")
-    return f"{key_type} SHA256:{digest}"
+def ssh_files(facts: dict[str, dict[str, Any]]) -> dict[str, SshFiles]:
+    """Each node's SshFiles from facts gathered with SSH_FILES among the probes; a failed probe raises."""
+    files = {}
+    for name, node_facts in facts.items():
+        value = node_facts[SSH_FILES.name]
+        if isinstance(value, ProbeFailure):
+            raise SparkpairError(str(value), node=name)
+        files[name] = value
+    return files
 
 
 def probe_ssh_files(pair: Pair) -> dict[str, SshFiles]:
-    results = pair.each(lambda connection: probes.gather(connection, [SSH_FILES])["ssh_files"])
-    for name, result in results.items():
-        if isinstance(result, (BaseException, ProbeFailure)):
-            raise result if isinstance(result, BaseException) else RuntimeError(f"{name}: {result}")
-    return results  # type: ignore[return-value]
+    return ssh_files(probes.gather_pair(pair, [SSH_FILES]))
+
+
+DERIVE_PUBLIC = Shell('k="$HOME/.ssh/id_ed25519"; ssh-keygen -y -P "" -f "$k" >"$k.pub.new" && mv -f "$k.pub.new" '
+                      '"$k.pub" || { rm -f "$k.pub.new"; exit 1; }')
 
 
 def key_changes(files: dict[str, SshFiles]) -> list[steps.Change]:
-    """Make an ed25519 key on each node that has none (on the node itself)."""
-    return [steps.Change(name, f"make {KEY} (ed25519, this node's own key)", (steps.RunCommand(
-        Shell('mkdir -p -m 700 "$HOME/.ssh" && ssh-keygen -q -t ed25519 -N "" -C {} -f "$HOME/.ssh/id_ed25519"',
-              f"sparkpair@{name}"), creates=(KEY, f"{KEY}.pub")),))
-            for name, state in files.items() if state.public_key is None]
+    """Make an ed25519 key on each node that has none (on the node itself).
 
-
-def peer_names(peer: Node) -> list[str]:
-    """The names a node may use for its peer: every QSFP address, then the node name."""
-    return [str(address.ip) for address in peer.links.values()] + [peer.name]
+    A node with the private key but no .pub gets the .pub derived from it, never a new key over it.
+    """
+    changes = []
+    for name, state in files.items():
+        if state.public_key is not None:
+            continue
+        if state.private_key:
+            changes.append(steps.Change(name, f"derive {KEY}.pub from the existing {KEY}", (steps.RunCommand(
+                DERIVE_PUBLIC, creates=(f"{KEY}.pub",)),)))
+        else:
+            changes.append(steps.Change(name, f"make {KEY} (ed25519, this node's own key)", (steps.RunCommand(
+                Shell('mkdir -p -m 700 "$HOME/.ssh" && ssh-keygen -q -t ed25519 -N "" -C {} -f "$HOME/.ssh/id_ed25519"',
+                      f"sparkpair@{name}"), creates=(KEY, f"{KEY}.pub")),)))
+    return changes
 
 
 def trust_plan(inventory: Inventory, files: dict[str, SshFiles],
@@ -144,7 +163,7 @@ def _known_hosts_change(node: Node, peer: Node, known_hosts: str | None,
     lines, problems = [], []
     for expected in peer_keys:
         missing = []
-        for name in peer_names(peer):
+        for name in peer.ssh_names:
             keys = known_keys(known_hosts, name)
             other = next((key for key in keys if key[0] == expected[0] and key != expected), None)
             if other is not None:
@@ -160,7 +179,7 @@ def _known_hosts_change(node: Node, peer: Node, known_hosts: str | None,
     content = known_hosts or ""
     content += ("" if not content or content.endswith("\n") else "\n") + "\n".join(lines) + "\n"
     return steps.write_change(node.name, "~/.ssh/known_hosts", known_hosts, content, mode=0o600,
-                              summary=f"learn {peer.name}'s host keys for {', '.join(peer_names(peer))}"), []
+                              summary=f"learn {peer.name}'s host keys for {', '.join(peer.ssh_names)}"), []
 
 
 def verify_trust(pair: Pair, inventory: Inventory) -> list[str]:
@@ -172,7 +191,7 @@ def verify_trust(pair: Pair, inventory: Inventory) -> list[str]:
         problems = []
         for key, value in facts.items():
             if isinstance(value, ProbeFailure):
-                problems.append(f"{node.name}: {key} failed: {value.stderr.strip().splitlines()[-1] if value.stderr.strip() else value}")
+                problems.append(f"{node.name}: {key} failed: {last_line(value.stderr, str(value))}")
         return problems
     problems: list[str] = []
     for name, result in pair.each(check).items():

@@ -8,14 +8,16 @@
           probe), one after the other, node after node: what doctor would cost without batching.
 
 Prints the median of each over --runs runs and the ratios doctor/floor (the aim is at most 3)
-and naive/doctor. On the shared simulated pair, run it under the pair's lock:
+and naive/doctor. It holds the simulated pair's lock (/tmp/sparkpair-pair.lock, shared with the
+tests and the demo) while it measures:
 
-    flock /tmp/sparkpair-pair.lock .venv/bin/python scripts/bench/doctor.py
+    .venv/bin/python scripts/bench/doctor.py
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import statistics
 import subprocess
@@ -83,6 +85,8 @@ def main() -> int:
     profile = args.profile or inventory.server.profile
     probes = sum(len(node_probes(inventory, node, profile)) + 1 for node in inventory.nodes)
     inside: list[float] = []
+    lock = open("/tmp/sparkpair-pair.lock", "w")  # noqa: SIM115 (held until the process ends)
+    fcntl.flock(lock, fcntl.LOCK_EX)
     runs = {
         "doctor": [timed(lambda: doctor(args.inventory, args.profile, inside)) for _ in range(args.runs)],
         "floor": [timed(lambda: floor(inventory)) for _ in range(args.runs)],

@@ -16,12 +16,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTBED = ROOT / "scripts" / "testbed"
-RESET = ("docker rm -f trtllm-multinode >/dev/null 2>&1; rm -f /etc/netplan/40-sparkpair-cx7.yaml; "
-         "rm -rf /home/nvidia/.sparkpair /home/nvidia/.ssh/id_ed25519 /home/nvidia/.ssh/id_ed25519.pub "
-         "/home/nvidia/.ssh/known_hosts; sed -i '/sparkpair@/d' /home/nvidia/.ssh/authorized_keys; "
-         "for i in enp1s0f1np1 enP2p1s0f1np1; do ip addr flush dev $i; ip link set dev $i down mtu 1500; done")
-
-
 def inventory() -> str:
     return subprocess.run([str(TESTBED), "inventory"], capture_output=True, text=True, check=True).stdout.strip()
 
@@ -41,8 +35,7 @@ def main() -> None:
         path = inventory()
         cold, noop = [], []
         for _ in range(runs):
-            for node in ("spark-a", "spark-b"):
-                subprocess.run([str(TESTBED), "exec", node, "--", "sh", "-c", RESET], check=True)
+            subprocess.run([str(TESTBED), "reset"], check=True, capture_output=True)
             cold.append(timed_setup(path))
             noop.append(timed_setup(path))
     print(f"setup-network cold (netplan, keys, host keys, verified both ways): "

@@ -14,18 +14,19 @@ import datetime
 import hashlib
 import json
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkpair import __version__, lifecycle, report
+from sparkpair import __version__, lifecycle, render, report
 from sparkpair.bench import plots as benchplots, record as benchrecord
 from sparkpair.bench.client import Endpoint, IterationStats, run_streams, served_models
 from sparkpair.bench.configs import EngineConfig, launched_draft_len, plan_configs
 from sparkpair.bench.prompts import PromptSet, load_prompts
 from sparkpair.bench.stats import LevelStats, acceptance_from_iterations, summarize_level
-from sparkpair.errors import SparkpairError
+from sparkpair.errors import Interrupted, SparkpairError, UsageError
 from sparkpair.inventory import Inventory
 from sparkpair.launch import LaunchOptions, config_changes, launch
 from sparkpair.transport import Pair
@@ -129,7 +130,7 @@ def _measure_all(pair: Pair, configs: list[EngineConfig], found: Serving, prompt
                 _relaunch(pair, config, found.nodes)
             measured, failed = _measure_config(found.endpoint, prompts, config, options)
             rows, errors = rows + measured, errors + failed
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):  # launch() reports Ctrl-C as Interrupted: no restore, just say how
         if relaunched:
             report.warning(f"interrupted: a bench variant may be running; `sparkpair launch {options.profile}` "
                            "restores the profile")
@@ -148,6 +149,8 @@ def _restore(pair: Pair, original: EngineConfig, nodes: list[str], raise_on_fail
     try:
         _relaunch(pair, EngineConfig("the launched profile", original.profile, original.inventory,
                                      original.max_draft_len, relaunch=True), nodes)
+    except Interrupted:
+        raise
     except SparkpairError:
         if raise_on_failure:
             raise SparkpairError(f"could not restore {original.profile} after the benchmark",
@@ -156,7 +159,7 @@ def _restore(pair: Pair, original: EngineConfig, nodes: list[str], raise_on_fail
 
 
 def _warn_if_drifted(pair: Pair, inventory: Inventory, profile_name: str, nodes: list[str]) -> None:
-    if config_changes(pair, inventory, LaunchOptions(profile_name), nodes):
+    if config_changes(pair, render.node_config_files(inventory, profile_name), nodes):
         report.warning(f"the running engine's config differs from what the inventory renders for {profile_name}: "
                        "the results describe what runs (`sparkpair launch --dry-run` shows the difference)")
 
@@ -189,15 +192,32 @@ def _when(seconds: float) -> str:
     return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def check_out_dir(out_dir: Path) -> None:
+    """Create out_dir and write a scratch file there, so a bad --out stops bench before it measures."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as error:
+        raise UsageError(f"--out {out_dir}: cannot write there ({error.strerror or error})",
+                         hint="pass --out a directory you can write to") from None
+
+
 def _write_outputs(record: dict[str, Any], out_dir: Path) -> list[Path]:
-    """results.json, results.csv, the plots and summary.md under out_dir; the paths written."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """results.json, results.csv, the plots and summary.md under out_dir; the paths written.
+    SparkpairError when writing fails (disk full, permissions): the results were shown already."""
     title = (f"{record['provenance']['profile']} ({record['provenance']['target']}), "
              f"max_tokens {record['settings']['max_tokens']}, {record['settings']['requests']} requests per point")
-    plots = benchplots.write_plots(record["rows"], out_dir, title)
-    return [benchrecord.write_json(record, out_dir / "results.json"),
-            benchrecord.write_csv(record["rows"], out_dir / "results.csv"), *plots,
-            benchrecord.write_summary(record, plots, out_dir / "summary.md")]
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        plots = benchplots.write_plots(record["rows"], out_dir, title)
+        return [benchrecord.write_json(record, out_dir / "results.json"),
+                benchrecord.write_csv(record["rows"], out_dir / "results.csv"), *plots,
+                benchrecord.write_summary(record, plots, out_dir / "summary.md")]
+    except OSError as error:
+        raise SparkpairError(f"could not write {error.filename or out_dir}: {error.strerror or error}; the results "
+                             "above were measured but not saved", hint="free space or fix permissions under --out, "
+                             "or pass another --out, and rerun") from None
 
 
 def run_bench(pair: Pair, inventory: Inventory, options: BenchOptions) -> int:
@@ -206,6 +226,7 @@ def run_bench(pair: Pair, inventory: Inventory, options: BenchOptions) -> int:
     prompts = load_prompts(options.prompts)
     configs = plan_configs(inventory, options.profile, options.draft_lengths, options.compare_baseline)
     found = serving(pair, inventory, options.profile)
+    check_out_dir(options.out_dir)
     _warn_if_drifted(pair, inventory, options.profile, found.nodes)
     started = time.time()
     rows, errors = _measure_all(pair, configs, found, prompts, options)
@@ -215,11 +236,12 @@ def run_bench(pair: Pair, inventory: Inventory, options: BenchOptions) -> int:
               "duration_s": round(finished - started, 1), "provenance": provenance(inventory, options, found),
               "settings": _settings(options, prompts), "configs": [c.as_dict() for c in configs], "rows": rows,
               "errors": sorted(set(errors))[:20]}
-    paths = _write_outputs(record, options.out_dir)
-    if options.as_json:
+    if options.as_json:  # shown before the files are written: a failed write loses nothing measured
         report.emit_json(record)
     else:
         report.bench_results(*benchrecord.table(rows))
+    paths = _write_outputs(record, options.out_dir)
+    if not options.as_json:
         report.written_files(options.out_dir, paths)
     if errors:
         total = sum(row["requests"] for row in rows)

@@ -8,7 +8,6 @@ node turns into FAIL rows for that node while the other node is still checked.
 from __future__ import annotations
 
 import enum
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +76,18 @@ class Facts:
     def reachable(self) -> list[str]:
         return [name for name in self.nodes if name not in self.unreachable]
 
+    def container_running(self, name: str) -> bool:
+        """Whether a container with the engine's name runs on node name (by its container probe)."""
+        state = self.nodes.get(name, {}).get("container")
+        return bool(getattr(state, "running", False))
+
+    def rank_nodes(self) -> list[str]:
+        """Nodes that run a rank of the profile, the serving one first: both for TP=2, one for TP=1."""
+        serving = self.serving_node or self.inventory.head.name
+        if self.inventory.profile(self.profile).is_pair:
+            return [serving] + [n.name for n in self.inventory.nodes if n.name != serving]
+        return [serving]
+
 
 CheckFunction = Callable[[Facts], Iterable[Finding]]
 
@@ -98,20 +109,11 @@ def run_checks(facts: Facts, checks: Iterable[tuple[str, CheckFunction]], only: 
     return [finding for finding in findings if selected(finding.check, only)]
 
 
-def worst(findings: Iterable[Finding]) -> Status:
-    statuses = {f.status for f in findings}
-    for status in (Status.FAIL, Status.WARN, Status.OK):
-        if status in statuses:
-            return status
-    return Status.SKIP
+def per_node(facts: Facts, key: str | None = None) -> Iterable[tuple[str, Any]]:
+    """(node, fact) for each reachable node: a node's facts, or its fact named key.
 
-
-def elapsed_since(start: float) -> float:
-    return round(time.monotonic() - start, 2)
-
-
-def per_node(facts: Facts, check: str, key: str | None = None) -> Iterable[tuple[str, Any]]:
-    """(node, fact) for each reachable node; unreachable nodes get a SKIP row (their FAIL is reach.ssh)."""
+    Unreachable nodes are left out: reach.ssh FAILs for them, and a check adds its own SKIP rows
+    with unreachable_skips where a missing row would mislead."""
     for name in facts.nodes:
         if name in facts.unreachable:
             continue

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkpair.checks import CheckFunction, engine, links, node
+from sparkpair.checks import CheckFunction, engine, links, node, selected
 
 CHECKS: list[tuple[str, CheckFunction]] = [
     ("inventory", node.check_inventory),
@@ -28,4 +28,4 @@ LAUNCH_CRITICAL = ("reach", "platform.gpu", "links.present", "links.carrier", "l
 
 
 def is_launch_critical(check: str) -> bool:
-    return any(check == c or check.startswith(f"{c}.") for c in LAUNCH_CRITICAL)
+    return selected(check, set(LAUNCH_CRITICAL))

@@ -45,7 +45,7 @@ def node_probes(inventory: Inventory, node: Node, profile: str) -> list[Probe[An
 def clock_offset(connection: NodeConnection) -> float:
     """The node's clock minus this machine's, measured around one short round trip."""
     before = time.time()
-    remote = float(connection.check(Shell("date +%s.%N")).strip())
+    remote = host.CLOCK.parse(connection.check(host.CLOCK.command))
     after = time.time()
     return remote - (before + after) / 2
 

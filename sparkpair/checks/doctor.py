@@ -11,10 +11,13 @@ from sparkpair.transport import Pair
 
 
 def doctor(pair: Pair, inventory: Inventory, profile: str, only: set[str] | None = None,
-           timeout: float = 60.0, deep: bool = False) -> list[Finding]:
-    """All findings for the pair and profile; with deep, also the MPI jobs (docs/runbooks.md#deep)."""
+           timeout: float = 60.0, deep: bool = False, serving_node: str = "") -> list[Finding]:
+    """All findings for the pair and profile; with deep, also the MPI jobs (docs/runbooks.md#deep).
+
+    serving_node: where the endpoint will listen when it is not the head (a TP=1 launch's --node)."""
     facts = collect(pair, inventory, profile, timeout)
     facts.operator_token = hftoken.find_token() is not None
+    facts.serving_node = serving_node
     checks = list(CHECKS)
     if deep:
         from sparkpair.checks import deep as deep_checks, mpijobs  # jinja2 and the Docker SDK only for --deep

@@ -11,19 +11,13 @@ GIB = 1024 ** 3
 MIN_FREE = GIB  # below this a full cache breaks even a launch with nothing to download
 
 
-def _engine_nodes(facts: Facts) -> list[str]:
-    """Nodes that run a rank of the profile (both for TP=2, the head for TP=1)."""
-    profile = facts.inventory.profile(facts.profile)
-    return [n.name for n in facts.inventory.nodes] if profile.is_pair else [facts.inventory.head.name]
-
-
 def check_docker(facts: Facts) -> Iterable[Finding]:
     """Proves dockerd answers, the user may use it, the NVIDIA runtime is there, the image is present."""
     user = facts.inventory.cluster.user
     image = facts.inventory.container.image
     for check in ("docker.daemon", "docker.image"):
         yield from unreachable_skips(facts, check)
-    for name, node_facts in per_node(facts, "docker"):
+    for name, node_facts in per_node(facts):
         identity, info = node_facts.get("identity"), node_facts.get("docker_info")
         in_group = not isinstance(identity, ProbeFailure) and identity is not None and "docker" in identity.groups
         yield (ok("docker.group", name, f"{user} is in group docker") if in_group else
@@ -61,7 +55,7 @@ def _image_match(facts: Facts) -> Iterable[Finding]:
 def check_container(facts: Facts) -> Iterable[Finding]:
     """Finds a container with the engine's name that would block or confuse a launch."""
     container = facts.inventory.container.name
-    for name, state in per_node(facts, "docker.container", "container"):
+    for name, state in per_node(facts, "container"):
         if isinstance(state, ProbeFailure):
             yield skip("docker.container", name, str(state))
         elif state is None:
@@ -78,13 +72,12 @@ def check_container(facts: Facts) -> Iterable[Finding]:
 def check_ports(facts: Facts) -> Iterable[Finding]:
     """Proves the serving port is free on the head, and sshd_port on both for the sshd transport."""
     inventory = facts.inventory
-    wanted = {facts.serving_node or inventory.head.name: [("ports.serving", inventory.server.port)]}
+    wanted = {facts.rank_nodes()[0]: [("ports.serving", inventory.server.port)]}
     if inventory.container.mpi_transport == "sshd":
         for node in inventory.nodes:
             wanted.setdefault(node.name, []).append(("ports.sshd", inventory.container.sshd_port))
-    for name, node_facts in per_node(facts, "ports"):
-        listeners, container = node_facts.get("listeners"), node_facts.get("container")
-        ours = container is not None and not isinstance(container, ProbeFailure) and container.running
+    for name, node_facts in per_node(facts):
+        listeners, ours = node_facts.get("listeners"), facts.container_running(name)
         for check, port in wanted.get(name, []):
             holders = [] if isinstance(listeners, ProbeFailure) else [l for l in listeners or [] if l.port == port]
             if isinstance(listeners, ProbeFailure):
@@ -103,9 +96,9 @@ def check_models(facts: Facts) -> Iterable[Finding]:
     """Proves target and draft are complete and identical on the nodes, the cache is writable,
     disk suffices for what is missing, and a token exists when something must be downloaded."""
     profile = facts.inventory.profile(facts.profile)
-    nodes = _engine_nodes(facts)
+    nodes = facts.rank_nodes()
     missing_anywhere = False
-    for name, node_facts in per_node(facts, "models"):
+    for name, node_facts in per_node(facts):
         if name not in nodes:
             continue
         missing_bytes = 0.0

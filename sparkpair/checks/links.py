@@ -7,6 +7,7 @@ from collections.abc import Iterable
 import yaml
 
 from sparkpair.checks import Facts, Finding, fail, ok, per_node, skip, unreachable_skips, warn
+from sparkpair.errors import last_line
 from sparkpair.probes import ProbeFailure
 from sparkpair.probes.net import PingResult
 
@@ -29,7 +30,7 @@ def check_links(facts: Facts) -> Iterable[Finding]:
     mtu = facts.inventory.cluster.mtu
     for check in ("links.present", "links.carrier", "links.speed", "links.address", "links.mtu", "links.persistent"):
         yield from unreachable_skips(facts, check)
-    for name, node_facts in per_node(facts, "links"):
+    for name, node_facts in per_node(facts):
         node = facts.inventory.node(name)
         interfaces = _interfaces(facts, name)
         for twin, address in node.links.items():
@@ -98,7 +99,7 @@ def _netplan_addresses(content: str, twin: str) -> list[str]:
 
 def check_pair_links(facts: Facts) -> Iterable[Finding]:
     """Proves equal MTU on both ends, RoCE devices Up, and cables not crossed between twins."""
-    for name, devices in per_node(facts, "links.rdma", "rdma_devices"):
+    for name, devices in per_node(facts, "rdma_devices"):
         node = facts.inventory.node(name)
         for twin in node.links:
             if isinstance(devices, ProbeFailure):
@@ -157,7 +158,7 @@ def check_path(facts: Facts) -> Iterable[Finding]:
     size = facts.inventory.cluster.mtu - 28
     for check in ("path.ping", "path.mtu"):
         yield from unreachable_skips(facts, check)
-    for name, node_facts in per_node(facts, "path"):
+    for name, node_facts in per_node(facts):
         peer = facts.inventory.peer_of(facts.inventory.node(name))
         for twin in facts.inventory.node(name).links:
             target = str(peer.links[twin].ip)
@@ -167,8 +168,9 @@ def check_path(facts: Facts) -> Iterable[Finding]:
                            f"check the links.* rows of {twin} on {name} and {peer.name}; then {SETUP}")
                 yield skip("path.mtu", name, f"{twin} -> {target}: no plain reply")
                 continue
-            yield ok("path.ping", name, f"{twin} -> {target}: {plain.avg_ms} ms")
-            yield (ok("path.mtu", name, f"{twin} -> {target}: {size + 28}-byte packets pass unfragmented")
+            yield ok("path.ping", name, f"{twin} -> {target}: {plain.avg_ms} ms{_losses(plain)}")
+            yield (ok("path.mtu", name, f"{twin} -> {target}: {size + 28}-byte packets pass unfragmented"
+                                        f"{_losses(full)}")
                    if not isinstance(full, ProbeFailure) and full and full.ok else
                    fail("path.mtu", name, f"{twin} -> {target}: {size + 28}-byte don't-fragment pings fail "
                                           "(MTU differs somewhere on the path)",
@@ -178,15 +180,19 @@ def check_path(facts: Facts) -> Iterable[Finding]:
 def check_trust(facts: Facts) -> Iterable[Finding]:
     """Proves ssh -o BatchMode=yes works from each node to every QSFP address of the other."""
     yield from unreachable_skips(facts, "trust.ssh")
-    for name, node_facts in per_node(facts, "trust"):
+    for name, node_facts in per_node(facts):
         peer = facts.inventory.peer_of(facts.inventory.node(name))
         for address in (str(a.ip) for a in peer.links.values()):
             result = node_facts.get(f"ssh {address}")
             if isinstance(result, ProbeFailure):
-                last = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else str(result)
+                last = last_line(result.stderr, str(result))
                 yield fail("trust.ssh", name, f"ssh {address}: {last}", _trust_fix(name, peer.name, address, last))
             else:
                 yield ok("trust.ssh", name, f"ssh {address} -> {result}")
+
+
+def _losses(result: PingResult) -> str:
+    return f" ({result.lost} of {result.sent} echoes lost)" if result.lost else ""
 
 
 def _ping_text(result: object) -> str:

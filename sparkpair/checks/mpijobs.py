@@ -66,12 +66,7 @@ def blocker(facts: Facts) -> str:
 
 def engine_nodes(facts: Facts) -> list[str]:
     """The nodes where sparkpair's engine container is running."""
-    running = []
-    for name, node in facts.nodes.items():
-        state = node.get("container")
-        if state is not None and not isinstance(state, ProbeFailure) and state.running:
-            running.append(name)
-    return running
+    return [name for name in facts.nodes if facts.container_running(name)]
 
 
 def run_deep(pair: Pair, facts: Facts, timeout: float) -> DeepRun:

@@ -31,11 +31,11 @@ def check_reach(facts: Facts) -> Iterable[Finding]:
             yield fail("reach.ssh", node.name, facts.unreachable[node.name], facts.connect_hints.get(node.name, ""))
         else:
             yield ok("reach.ssh", node.name, f"{cluster.user}@{node.host}:{node.port}, host key verified")
-    for name, sudo in per_node(facts, "reach.sudo", "sudo"):
+    for name, sudo in per_node(facts, "sudo"):
         yield (ok("reach.sudo", name, "sudo -n works") if sudo is True else
                fail("reach.sudo", name, "sudo asks for a password (setup-network and launch need sudo -n)",
                     f"echo '{cluster.user} ALL=(ALL) NOPASSWD:ALL' | sudo tee /etc/sudoers.d/sparkpair"))
-    identities = {name: value for name, value in per_node(facts, "reach.same-user", "identity")
+    identities = {name: value for name, value in per_node(facts, "identity")
                   if not isinstance(value, ProbeFailure)}
     if len(identities) == 2:
         (a, ida), (b, idb) = identities.items()
@@ -47,14 +47,14 @@ def check_reach(facts: Facts) -> Iterable[Finding]:
 
 def check_platform(facts: Facts) -> Iterable[Finding]:
     """Proves DGX OS, a visible GPU on each node, and the same driver on both."""
-    for name, release in per_node(facts, "platform.dgx-os", "dgx_release"):
+    for name, release in per_node(facts, "dgx_release"):
         if isinstance(release, ProbeFailure) or "Spark" not in release.get("DGX_NAME", ""):
             yield warn("platform.dgx-os", name, "no DGX Spark /etc/dgx-release; sparkpair is made for DGX OS on Spark")
         else:
             yield ok("platform.dgx-os", name, f"{release.get('DGX_PRETTY_NAME') or release['DGX_NAME']} "
                                               f"{release.get('DGX_SWBUILD_VERSION', '')}".strip())
     drivers = {}
-    for name, gpus in per_node(facts, "platform.gpu", "gpus"):
+    for name, gpus in per_node(facts, "gpus"):
         if isinstance(gpus, ProbeFailure) or not gpus:
             yield fail("platform.gpu", name, f"no GPU visible ({gpus or 'nvidia-smi lists none'})")
         else:
@@ -70,17 +70,15 @@ def check_platform(facts: Facts) -> Iterable[Finding]:
 
 def check_memory(facts: Facts) -> Iterable[Finding]:
     """Proves MemAvailable covers the node's weight shard, the draft and KV headroom."""
-    profile = facts.inventory.profile(facts.profile)
-    nodes = [n.name for n in facts.inventory.nodes] if profile.is_pair else [facts.inventory.head.name]
+    nodes = facts.rank_nodes()
     yield from unreachable_skips(facts, "memory.available")
-    for name, meminfo in per_node(facts, "memory.available", "meminfo"):
+    for name, meminfo in per_node(facts, "meminfo"):
         if name not in nodes:
             continue
         if isinstance(meminfo, ProbeFailure):
             yield fail("memory.available", name, str(meminfo))
             continue
-        container = facts.nodes[name].get("container")
-        if container is not None and not isinstance(container, ProbeFailure) and container.running:
+        if facts.container_running(name):
             yield skip("memory.available", name, "the engine is running and holds its memory")
             continue
         need = needed_gib(facts, name)

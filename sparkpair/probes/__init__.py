@@ -11,10 +11,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from sparkpair.transport import NodeConnection, Shell
+from sparkpair.errors import last_line
+from sparkpair.transport import NodeConnection, Pair, Shell
 
 T = TypeVar("T")
 RECORD, STDERR, END = "\x1e", "\x1f", "\x1d"
+FILE_MARK = "\x1c"  # before each file (or section) of a probe printing several; the shell writes it as \034
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,12 @@ class ProbeFailure:
     stderr: str
 
     def __str__(self) -> str:
-        last = self.stderr.strip().splitlines()[-1] if self.stderr.strip() else f"exit {self.exit_code}"
-        return f"{self.name}: {last}"
+        return f"{self.name}: {last_line(self.stderr, f'exit {self.exit_code}')}"
+
+
+def expanded_path(path: str) -> Shell:
+    """Shell prefix `p=PATH; ` with a leading ~ expanded to the node's $HOME: later commands use "$p"."""
+    return Shell('p={}; case "$p" in "~"*) p="$HOME${p#"~"}";; esac; ', path)
 
 
 def batch_script(probes: Sequence[Probe[Any]]) -> Shell:
@@ -89,3 +95,12 @@ def gather(connection: NodeConnection, probes: Sequence[Probe[Any]], timeout: fl
         except (ValueError, KeyError, IndexError, TypeError) as error:
             facts[probe.name] = ProbeFailure(probe.name, code, f"unexpected output ({error})")
     return facts
+
+
+def gather_pair(pair: Pair, probes: Sequence[Probe[Any]]) -> dict[str, dict[str, Any]]:
+    """`gather` on both nodes at once (one round trip each); a node's exception (unreachable) raises."""
+    results = pair.each(lambda connection: gather(connection, probes))
+    for result in results.values():
+        if isinstance(result, BaseException):
+            raise result
+    return results  # type: ignore[return-value]

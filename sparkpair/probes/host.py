@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sparkpair.probes import Probe
+from sparkpair.probes import Probe, expanded_path
 from sparkpair.transport import Shell
 
 
@@ -107,6 +107,6 @@ LISTENERS = Probe("listeners", Shell("sudo -n ss -Htlnp 2>/dev/null || ss -Htlnp
 
 def free_bytes(path: str) -> Probe[int]:
     """Free bytes on the filesystem that holds path (or its nearest existing parent; ~ expands)."""
-    command = Shell('p={}; case "$p" in "~"*) p="$HOME${p#"~"}";; esac; '
-                    'while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -B1 --output=avail "$p" | tail -n 1', path)
+    command = Shell.compose([expanded_path(path), Shell(
+        'while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -B1 --output=avail "$p" | tail -n 1')], "")
     return Probe(f"free {path}", command, parse_int)

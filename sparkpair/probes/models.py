@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from sparkpair.probes import Probe
+from sparkpair.probes import Probe, expanded_path
 from sparkpair.transport import Shell
 
 BLOB_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
@@ -80,19 +80,19 @@ def parse_manifest(text: str) -> RepoManifest:
 def manifest(hf_cache: str, repo: str) -> Probe[RepoManifest]:
     """The manifest of repo in the node's HF cache (an absent repo gives an empty manifest)."""
     directory = f"{hf_cache.rstrip('/')}/hub/models--{repo.replace('/', '--')}"
-    command = Shell('p={}; case "$p" in "~"*) p="$HOME${p#"~"}";; esac; cd "$p" 2>/dev/null || exit 0; '
-                    "find . -mindepth 2 \\( -type f -o -type l \\) -printf '%y\\t%s\\t%P\\t%l\\n'; "
-                    'for r in refs/*; do [ -f "$r" ] && printf "ref\\t%s\\t%s\\n" "$r" "$(cat "$r")"; done; true',
-                    directory)
+    command = Shell.compose([expanded_path(directory), Shell(
+        'cd "$p" 2>/dev/null || exit 0; '
+        "find . -mindepth 2 \\( -type f -o -type l \\) -printf '%y\\t%s\\t%P\\t%l\\n'; "
+        'for r in refs/*; do [ -f "$r" ] && printf "ref\\t%s\\t%s\\n" "$r" "$(cat "$r")"; done; true')], "")
     return Probe(f"model {repo}", command, parse_manifest)
 
 
 def cache_access(hf_cache: str) -> Probe[tuple[bool, str]]:
     """Whether the user can write the HF cache, and the first path in it owned by someone else."""
-    command = Shell('p={}; case "$p" in "~"*) p="$HOME${p#"~"}";; esac; q="$p"; '
-                    'while [ ! -e "$q" ]; do q=$(dirname "$q"); done; '
-                    '[ -w "$q" ] && echo writable || echo read-only; '
-                    '[ -d "$p" ] && find "$p" -maxdepth 4 ! -user "$(id -u)" -print -quit 2>/dev/null; true', hf_cache)
+    command = Shell.compose([expanded_path(hf_cache), Shell(
+        'q="$p"; while [ ! -e "$q" ]; do q=$(dirname "$q"); done; '
+        '[ -w "$q" ] && echo writable || echo read-only; '
+        '[ -d "$p" ] && find "$p" -maxdepth 4 ! -user "$(id -u)" -print -quit 2>/dev/null; true')], "")
     return Probe("cache_access", command, _parse_access)
 
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
-from sparkpair.probes import Probe
+from sparkpair.probes import FILE_MARK, Probe
 from sparkpair.transport import Shell
 
-FILE_MARK = "\x1c"
+NETPLAN_KINDS = ("ethernets", "bonds", "bridges", "vlans", "wifis")
 
 
 @dataclass(frozen=True)
@@ -97,23 +99,42 @@ def parse_netplan_files(text: str) -> dict[str, NetplanFile]:
     return files
 
 
-def netplan_interfaces(content: str) -> set[str]:
-    """Names of the interfaces a netplan document configures (unreadable YAML configures none)."""
+def _netplan_stanzas(content: str) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """(kind, key, settings) of every interface stanza of a netplan document (unreadable YAML has none)."""
     try:
         document = yaml.safe_load(content) or {}
     except yaml.YAMLError:
-        return set()
+        return
     network = document.get("network", {}) if isinstance(document, dict) else {}
-    names: set[str] = set()
-    for kind in ("ethernets", "bonds", "bridges", "vlans", "wifis"):
+    for kind in NETPLAN_KINDS:
         section = network.get(kind) if isinstance(network, dict) else None
         for key, spec in (section or {}).items() if isinstance(section, dict) else ():
-            names.add(str(key))
-            match = spec.get("match", {}) if isinstance(spec, dict) else {}
-            if isinstance(match, dict) and isinstance(match.get("name"), str):
-                names.add(match["name"])
-            if isinstance(spec, dict):
-                names.update(str(i) for i in spec.get("interfaces", []) if isinstance(spec.get("interfaces"), list))
+            yield kind, str(key), spec if isinstance(spec, dict) else {}
+
+
+def _named_in(spec: dict[str, Any]) -> set[str]:
+    """Interfaces a stanza names besides its key: `match: name:` and a bond's or bridge's `interfaces:`."""
+    match = spec.get("match", {})
+    names = {match["name"]} if isinstance(match, dict) and isinstance(match.get("name"), str) else set()
+    return names | ({str(i) for i in spec["interfaces"]} if isinstance(spec.get("interfaces"), list) else set())
+
+
+def netplan_interfaces(content: str) -> set[str]:
+    """Names of the interfaces a netplan document configures (unreadable YAML configures none)."""
+    names: set[str] = set()
+    for _, key, spec in _netplan_stanzas(content):
+        names |= {key} | _named_in(spec)
+    return names
+
+
+def netplan_indirect(content: str) -> set[str]:
+    """Interfaces a document configures other than by a stanza keyed by their name: through `match: name:`,
+    a bond's or bridge's `interfaces:`, a vlan's `link:`, or under wifis (what --replace cannot cut out)."""
+    names: set[str] = set()
+    for kind, key, spec in _netplan_stanzas(content):
+        names |= _named_in(spec) - {key}
+        names |= {str(spec["link"])} if "link" in spec else set()
+        names |= {key} if kind == "wifis" else set()
     return names
 
 
@@ -149,7 +170,15 @@ class PingResult:
 
     @property
     def ok(self) -> bool:
-        return self.sent > 0 and self.received == self.sent
+        """At least one echo came back: the path (and, for a don't-fragment ping, its MTU) works.
+
+        A wrong MTU, address or cable loses every echo; losing only some is load, not a broken path,
+        and is reported beside the OK (`lost`), never as a failure."""
+        return self.received > 0
+
+    @property
+    def lost(self) -> int:
+        return self.sent - self.received
 
 
 def parse_ping(text: str) -> PingResult:

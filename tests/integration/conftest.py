@@ -7,6 +7,7 @@ they fail instead.  `healed` (autouse) heals every fault a test injected.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -15,11 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTBED = ROOT / "scripts" / "testbed"
 UP_TIMEOUT = 900
 STATE_DIR = Path("/var/lib/sparkpair-testbed")
+PAIR_LOCK = "/tmp/sparkpair-pair.lock"
 
 
 def pytest_collection_modifyitems(items):
@@ -38,6 +41,7 @@ class Testbed:
     inventory: Path
     brought_up: bool
     faulted: bool = False
+    networked: bool = False  # set by the networked fixture, cleared by pristine
     hosts: dict = field(default_factory=lambda: {"spark-a": "198.18.0.11", "spark-b": "198.18.0.12"})
     operator_key: Path = Path("/var/lib/sparkpair-testbed/operator/id_ed25519")
     known_hosts: Path = Path("/var/lib/sparkpair-testbed/operator/known_hosts")
@@ -95,6 +99,18 @@ class Testbed:
             args += [f"--{key.replace('_', '-')}", value]
         return self.cli(*args)
 
+    def has_netplan(self, node) -> bool:
+        """Whether NODE holds sparkpair's netplan file."""
+        return self.exec(node, "test -e /etc/netplan/40-sparkpair-cx7.yaml", check=False).returncode == 0
+
+    def ensure_networked(self) -> None:
+        """Run `sparkpair setup-network` unless it succeeded since the last `pristine`."""
+        if not self.networked:
+            run = run_sparkpair(self.inventory, "setup-network", "--yes")
+            if run.code != 0:
+                pytest.fail(f"setup-network failed:\n{run.text}")
+            self.networked = True
+
     def heal(self, name=None) -> subprocess.CompletedProcess:
         """Undo all active faults, or those called NAME."""
         return self.cli("heal", *([name] if name else []))
@@ -117,6 +133,8 @@ def testbed():
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"CI=true: integration tests must run, but {reason}")
         pytest.skip(reason)
+    lock = open(PAIR_LOCK, "w")  # one user of the pair at a time: the demo and the benchmarks take it too
+    fcntl.flock(lock, fcntl.LOCK_EX)
     already_up = STATE_DIR.exists()  # `down` removes it: present means the pair runs (maybe degraded)
     proc = subprocess.run([str(TESTBED), "up"], capture_output=True, text=True, timeout=UP_TIMEOUT)
     if proc.returncode != 0:
@@ -127,6 +145,7 @@ def testbed():
     yield bed
     if bed.brought_up:
         subprocess.run([str(TESTBED), "down"], capture_output=True, text=True, timeout=300)
+    lock.close()
 
 
 @pytest.fixture(autouse=True)
@@ -163,33 +182,45 @@ def run_sparkpair(inventory: Path, *args, env: dict | None = None, timeout: floa
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
+def with_forged_host_key(bed, tmp_path: Path, address: str) -> Path:
+    """The pair's inventory with a known_hosts that holds a freshly made, wrong key for address."""
+    data = yaml.safe_load(Path(bed.inventory).read_text())
+    real = Path(data["cluster"]["known_hosts"]).read_text().splitlines()
+    forged = bed.exec("spark-a", "rm -f /tmp/forged-hk* && ssh-keygen -q -t ed25519 -N '' -f /tmp/forged-hk && "
+                                 "cat /tmp/forged-hk.pub && rm -f /tmp/forged-hk*").stdout.split()[:2]
+    known = tmp_path / "known_hosts"
+    known.write_text("\n".join(line for line in real if not line.startswith(f"{address} "))
+                     + f"\n{address} {' '.join(forged)}\n")
+    data["cluster"]["known_hosts"] = str(known)
+    path = tmp_path / "inventory.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 @pytest.fixture
 def sparkpair(testbed):
     """sparkpair(*args, env=None) -> Run against the simulated pair's inventory."""
     return lambda *args, **kw: run_sparkpair(testbed.inventory, *args, **kw)
 
 
-PRISTINE_NODE = (
-    "docker rm -f trtllm-multinode >/dev/null 2>&1; "
-    "rm -f /etc/netplan/40-sparkpair-cx7.yaml /etc/netplan/40-cx7.yaml; rm -rf /var/backups/sparkpair; "
-    "rm -rf /home/nvidia/.sparkpair /home/nvidia/.ssh/id_ed25519 /home/nvidia/.ssh/id_ed25519.pub "
-    "/home/nvidia/.ssh/known_hosts; sed -i '/sparkpair@/d' /home/nvidia/.ssh/authorized_keys; "
-    "for i in enp1s0f1np1 enP2p1s0f1np1; do ip addr flush dev $i; ip link set dev $i down mtu 1500; done"
-)
-
-
 @pytest.fixture
 def pristine(testbed):
     """Both nodes as `scripts/testbed up` left them: no sparkpair files, keys, addresses or engine."""
-    for node in ("spark-a", "spark-b"):
-        testbed.exec(node, PRISTINE_NODE)
+    testbed.networked = False
+    testbed.cli("reset")
     return testbed
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def networked(testbed):
-    """The pair after a successful `sparkpair setup-network` (done once per session if needed)."""
-    run = run_sparkpair(testbed.inventory, "setup-network", "--yes")
-    if run.code != 0:
-        pytest.fail(f"setup-network failed:\n{run.text}")
+    """The pair after a successful `sparkpair setup-network`: run again only after `pristine` undid it."""
+    testbed.ensure_networked()
     return testbed
+
+
+@pytest.fixture
+def stopped(networked):
+    """A networked pair with no engine running before and after the test (whatever inventory it used)."""
+    run_sparkpair(networked.inventory, "stop")
+    yield networked
+    run_sparkpair(networked.inventory, "stop")

@@ -69,18 +69,19 @@ def leftovers(bed) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def pair(networked):
+def pair(testbed):
     """A networked pair whose caches hold the profile's models and both nodes the test token
     (one launch and stop); the engine is stopped before and after the module."""
-    inventory = networked.inventory
+    testbed.ensure_networked()
+    inventory = testbed.inventory
     run_sparkpair(inventory, "stop")
     launched = run_sparkpair(inventory, "launch", "--timeout", "120", env={"HF_TOKEN": TOKEN})
     assert launched.code == 0, launched.text
     assert run_sparkpair(inventory, "stop").code == 0
-    yield networked
+    yield testbed
     run_sparkpair(inventory, "stop")
     for node in ("spark-a", "spark-b"):
-        networked.exec(node, "rm -f /home/nvidia/.sparkpair/secrets/hf_token")
+        testbed.exec(node, "rm -f /home/nvidia/.sparkpair/secrets/hf_token")
 
 
 def test_a_healthy_pair_with_its_models_passes_without_a_warning(pair, tmp_path) -> None:
@@ -190,6 +191,39 @@ def test_each_fault_is_found_with_its_fix_and_clears_after_heal(pair, tmp_path, 
     pair.heal()
     if fault in RECABLING:
         recabled(pair)
+    wait_ok(pair, pair.inventory, [(check, node) for check, node, _, _ in expected], env)
+
+
+# Changes an operator makes by hand (no testbed fault needed), made on spark-b as root, their undo,
+# and what doctor's real probes must find: (check, node, status, words the fix must contain)
+BLOB = "$(ls -d /home/nvidia/.cache/huggingface/hub/models--*/blobs/* | head -n 1)"
+NETPLAN = "/etc/netplan/40-sparkpair-cx7.yaml"
+HAND_MADE = [
+    ("netplan-file-removed", f"mv {NETPLAN} {NETPLAN}.kept", f"mv {NETPLAN}.kept {NETPLAN}",
+     [("links.persistent", "spark-b", "WARN", ["setup-network", "spark-b"])]),
+    ("extra-address", "ip addr add 198.19.1.99/24 dev enp1s0f1np1", "ip addr del 198.19.1.99/24 dev enp1s0f1np1",
+     [("links.address", "spark-b", "WARN", ["leaves only 198.19.1.12/24 on enp1s0f1np1 of spark-b"])]),
+    ("foreign-container", "docker run -d --name trtllm-multinode --network none --entrypoint sleep "
+                          "sparkpair/trtllm-sim:1.3.0rc12 600", "docker rm -f trtllm-multinode",
+     [("docker.container", "spark-b", "WARN", ["docker rm -f trtllm-multinode (on spark-b)"])]),
+    ("user-not-in-docker-group", "gpasswd -d nvidia docker", "gpasswd -a nvidia docker",
+     [("docker.group", "spark-b", "FAIL", ["usermod -aG docker"])]),
+    ("blob-differs-on-worker", f"printf x >> {BLOB}", f"truncate -s -1 {BLOB}",
+     [("models.match", "pair", "FAIL", ["sparkpair launch"])]),
+]
+
+
+@pytest.mark.parametrize("change, undo, expected", [h[1:] for h in HAND_MADE], ids=[h[0] for h in HAND_MADE])
+def test_each_hand_made_change_is_found_and_clears_when_undone(pair, tmp_path, change, undo, expected) -> None:
+    env = no_token(tmp_path)
+    pair.exec("spark-b", change)
+    try:
+        report = wait_found(pair, pair.inventory, expected, env)
+        for check, node, status, words in expected:
+            assert_found(report, check, node, status, words)
+        assert report.code == (1 if any(status == "FAIL" for _, _, status, _ in expected) else 0)
+    finally:
+        pair.exec("spark-b", undo)
     wait_ok(pair, pair.inventory, [(check, node) for check, node, _, _ in expected], env)
 
 

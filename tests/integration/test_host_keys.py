@@ -8,9 +8,8 @@ import json
 import re
 from pathlib import Path
 
-import yaml
 
-from conftest import ROOT, run_sparkpair
+from conftest import ROOT, run_sparkpair, with_forged_host_key
 
 # Ways to switch host-key checking off, in Python (paramiko, fabric, docker-py) and in ssh options.
 DISABLING = re.compile(r"AutoAddPolicy|WarningPolicy|StrictHostKeyChecking\s*=?\s*(no|off|accept-new)"
@@ -31,19 +30,9 @@ def test_no_source_file_or_template_turns_host_key_checking_off() -> None:
 
 
 def _forged(bed, tmp_path: Path) -> Path:
-    """The pair's inventory with a known_hosts that holds another key for the head, spark-a (which every
-    command reaches; logs and unlock never need the worker)."""
-    data = yaml.safe_load(Path(bed.inventory).read_text())
-    real = Path(data["cluster"]["known_hosts"]).read_text().splitlines()
-    forged = bed.exec("spark-a", "rm -f /tmp/forged-hk* && ssh-keygen -q -t ed25519 -N '' -f /tmp/forged-hk && "
-                                 "cat /tmp/forged-hk.pub && rm -f /tmp/forged-hk*").stdout.split()[:2]
-    known = tmp_path / "known_hosts"
-    known.write_text("\n".join(line for line in real if not line.startswith("198.18.0.11 "))
-                     + f"\n198.18.0.11 {' '.join(forged)}\n")
-    data["cluster"]["known_hosts"] = str(known)
-    path = tmp_path / "inventory.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    """The pair's inventory with another key for the head, spark-a (which every command reaches;
+    logs and unlock never need the worker)."""
+    return with_forged_host_key(bed, tmp_path, "198.18.0.11")
 
 
 def test_every_command_refuses_a_changed_host_key(networked, tmp_path: Path) -> None:

@@ -113,14 +113,6 @@ def test_operator_side_paths_refuse_only_newlines(testbed, tmp_path: Path) -> No
 
 # --- inert: valid but unusual values, through a whole setup-network, launch, status and stop ------
 
-@pytest.fixture
-def stopped(networked):
-    """No engine before or after (whatever inventory the test used)."""
-    run_sparkpair(networked.inventory, "stop")
-    yield networked
-    run_sparkpair(networked.inventory, "stop")
-
-
 def _hostile_but_valid(bed, tmp_path: Path) -> Path:
     """The pair's inventory with shell text wherever the schema allows free text.
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import PRISTINE_NODE, Run, run_sparkpair
+from conftest import Run, run_sparkpair
 
 NODES = ("spark-a", "spark-b")
 CONTAINER = "trtllm-multinode"
@@ -107,25 +107,10 @@ def _interrupted(run: Run, message: str) -> None:
     assert "Traceback" not in run.text and "internal error" not in run.err
 
 
-def _netplan(bed, node: str) -> bool:
-    return bed.exec(node, "test -e /etc/netplan/40-sparkpair-cx7.yaml", check=False).returncode == 0
-
-
 @pytest.fixture
-def pristine_pair(testbed):
-    """Both nodes without sparkpair's network, keys or engine; networked again afterwards."""
-    for node in NODES:
-        testbed.exec(node, PRISTINE_NODE)
-    yield testbed
-    testbed.heal()
-    assert run_sparkpair(testbed.inventory, "setup-network", "--yes").code == 0
-
-
-@pytest.fixture
-def stopped(networked):
-    run_sparkpair(networked.inventory, "stop")
-    yield networked
-    run_sparkpair(networked.inventory, "stop")
+def pristine_pair(pristine):
+    """Both nodes without sparkpair's network, keys or engine (the next `networked` test sets it up again)."""
+    return pristine
 
 
 @pytest.fixture
@@ -145,7 +130,7 @@ def test_sigint_while_planning_changes_nothing(pristine_pair) -> None:
     _interrupted(run, "interrupted before any change; nothing was changed on either node")
     assert_whole(pristine_pair)
     for node in NODES:
-        assert not _netplan(pristine_pair, node)
+        assert not pristine_pair.has_netplan(node)
         assert pristine_pair.exec(node, "test -e /home/nvidia/.ssh/id_ed25519", check=False).returncode != 0
     recovered = run_sparkpair(pristine_pair.inventory, "setup-network", "--yes")
     assert recovered.code == 0 and "SSH trust verified" in recovered.out, recovered.text
@@ -163,7 +148,7 @@ def test_sigint_during_apply_reports_each_node_then_restore_and_apply_recover(pr
               for node in NODES}
     restored = run_sparkpair(pristine_pair.inventory, "setup-network", "--restore")
     assert restored.code == 0, restored.text
-    assert not _netplan(pristine_pair, "spark-a") and not _netplan(pristine_pair, "spark-b")
+    assert not pristine_pair.has_netplan("spark-a") and not pristine_pair.has_netplan("spark-b")
     applied = run_sparkpair(pristine_pair.inventory, "setup-network", "--yes")
     assert applied.code == 0 and "SSH trust verified" in applied.out, applied.text
     for node, content in wanted.items():  # what the interrupted run left was the whole file, or nothing
@@ -177,7 +162,7 @@ def test_sigint_while_verifying_keeps_the_applied_network_and_says_so(pristine_p
                       "applied")
     for node in NODES:
         assert re.search(rf"^{node}: now enp1s0f1np1 up mtu 9000 198\.19\.1\.1", run.err, re.M), run.err
-        assert _netplan(pristine_pair, node)
+        assert pristine_pair.has_netplan(node)
     assert_whole(pristine_pair)
     pristine_pair.heal()
     recovered = run_sparkpair(pristine_pair.inventory, "setup-network", "--yes")

@@ -7,13 +7,9 @@ from pathlib import Path
 
 import yaml
 
-from conftest import run_sparkpair
+from conftest import run_sparkpair, with_forged_host_key
 
 NETPLAN = "/etc/netplan/40-sparkpair-cx7.yaml"
-
-
-def _has_netplan(bed, node: str) -> bool:
-    return bed.exec(node, f"test -e {NETPLAN}", check=False).returncode == 0
 
 
 def test_dry_run_shows_the_diff_and_changes_nothing(pristine, sparkpair) -> None:
@@ -22,7 +18,7 @@ def test_dry_run_shows_the_diff_and_changes_nothing(pristine, sparkpair) -> None
     assert "+        - 198.19.1.11/24" in run.out and "+        - 198.19.2.12/24" in run.out
     assert "make ~/.ssh/id_ed25519" in run.out
     for node in ("spark-a", "spark-b"):
-        assert not _has_netplan(pristine, node)
+        assert not pristine.has_netplan(node)
         assert pristine.exec(node, "test -e /home/nvidia/.ssh/id_ed25519", check=False).returncode != 0
         assert "inet " not in pristine.exec(node, "ip -4 addr show dev enp1s0f1np1").stdout
 
@@ -44,16 +40,6 @@ def test_apply_from_scratch_then_a_second_run_changes_nothing(pristine, sparkpai
     assert keys.count("sparkpair@spark-a") == 1
 
 
-def test_private_keys_never_leave_their_node(pristine, sparkpair) -> None:
-    assert sparkpair("setup-network", "--yes").code == 0
-    private = {n: pristine.exec(n, "cat /home/nvidia/.ssh/id_ed25519").stdout for n in ("spark-a", "spark-b")}
-    assert private["spark-a"] != private["spark-b"]
-    for node, other in (("spark-a", "spark-b"), ("spark-b", "spark-a")):
-        body = private[other].splitlines()[3]  # secret bytes (line 1 is a header shared by all keys)
-        found = pristine.exec(node, f"grep -rlF {body!r} /home/nvidia /etc /tmp", check=False)
-        assert found.stdout == "", f"{other}'s private key found on {node}: {found.stdout}"
-
-
 def test_lockout_guard_refuses_the_management_interface(pristine, tmp_path: Path) -> None:
     data = yaml.safe_load(Path(pristine.inventory).read_text())
     for node in data["nodes"]:
@@ -64,7 +50,7 @@ def test_lockout_guard_refuses_the_management_interface(pristine, tmp_path: Path
     assert run.code == 1
     assert "spark-a: enP7s7 carries this SSH session (198.18.0.11)" in run.err
     assert "enP7s7 carries the default route" in run.err
-    assert not _has_netplan(pristine, "spark-a") and not _has_netplan(pristine, "spark-b")
+    assert not pristine.has_netplan("spark-a") and not pristine.has_netplan("spark-b")
 
 
 def test_conflicting_netplan_file_is_named_then_taken_over_with_replace(pristine, sparkpair) -> None:
@@ -73,7 +59,7 @@ def test_conflicting_netplan_file_is_named_then_taken_over_with_replace(pristine
     refused = sparkpair("setup-network", "--yes")
     assert refused.code == 1
     assert "spark-b: /etc/netplan/40-cx7.yaml already configures enp1s0f1np1" in refused.err
-    assert not _has_netplan(pristine, "spark-a")
+    assert not pristine.has_netplan("spark-a")
     taken = sparkpair("setup-network", "--yes", "--replace", "--skip-ssh")
     assert taken.code == 0, taken.text
     assert pristine.exec("spark-b", "test -e /etc/netplan/40-cx7.yaml", check=False).returncode != 0
@@ -89,7 +75,7 @@ def test_a_link_that_cannot_work_is_rolled_back_on_both_nodes(pristine, sparkpai
     assert run.code == 1
     assert "cables crossed" in run.err and "rolling back both nodes" in run.err
     for node in ("spark-a", "spark-b"):
-        assert not _has_netplan(pristine, node)
+        assert not pristine.has_netplan(node)
         link = pristine.exec(node, "ip -o link show dev enp1s0f1np1").stdout
         assert "mtu 1500" in link and "state DOWN" in link
         assert "inet " not in pristine.exec(node, "ip -4 addr show dev enp1s0f1np1").stdout
@@ -101,7 +87,7 @@ def test_unreachable_node_stops_everything_before_any_change(pristine, sparkpair
     run = sparkpair("setup-network", "--yes")
     assert run.code == 1
     assert "spark-b: nvidia@198.18.0.12:22 refused the connection" in run.err and "nothing was changed" in run.err
-    assert not _has_netplan(pristine, "spark-a")
+    assert not pristine.has_netplan("spark-a")
 
 
 def test_stale_peer_host_key_on_a_node_is_refused_with_both_fingerprints(pristine, sparkpair) -> None:
@@ -115,15 +101,7 @@ def test_stale_peer_host_key_on_a_node_is_refused_with_both_fingerprints(pristin
 
 
 def test_changed_host_key_of_a_node_is_refused(pristine, tmp_path: Path) -> None:
-    data = yaml.safe_load(Path(pristine.inventory).read_text())
-    known = tmp_path / "known_hosts"
-    real = Path(data["cluster"]["known_hosts"]).read_text().splitlines()
-    forged = pristine.exec("spark-a", "rm -f /tmp/forged* && ssh-keygen -q -t ed25519 -N '' -f /tmp/forged && cat /tmp/forged.pub").stdout
-    known.write_text("\n".join(l for l in real if not l.startswith("198.18.0.12 ")) + "\n"
-                     + f"198.18.0.12 {' '.join(forged.split()[:2])}\n")
-    data["cluster"]["known_hosts"] = str(known)
-    inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(yaml.safe_dump(data))
+    inventory = with_forged_host_key(pristine, tmp_path, "198.18.0.12")
     run = run_sparkpair(inventory, "setup-network", "--dry-run")
     assert run.code == 1
     assert "spark-b: host key of 198.18.0.12 CHANGED" in run.err and run.err.count("SHA256:") == 2
@@ -147,9 +125,25 @@ def test_restore_returns_both_nodes_to_the_state_before(pristine, sparkpair) -> 
     run = sparkpair("setup-network", "--restore")
     assert run.code == 0, run.text
     for node in ("spark-a", "spark-b"):
-        assert not _has_netplan(pristine, node)
+        assert not pristine.has_netplan(node)
         assert pristine.exec(node, "test -e /home/nvidia/.ssh/id_ed25519", check=False).returncode != 0
         assert "state DOWN" in pristine.exec(node, "ip -o link show dev enP2p1s0f1np1").stdout
     assert pristine.exec("spark-a", "cat /home/nvidia/.ssh/authorized_keys").stdout == before
     again = sparkpair("setup-network", "--restore")
     assert again.code == 0 and "nothing to restore" in again.out
+
+
+def test_an_existing_private_key_without_its_pub_is_kept_through_apply_and_restore(pristine, sparkpair) -> None:
+    private = "/home/nvidia/.ssh/id_ed25519"
+    pristine.exec("spark-a", f"mkdir -p -m 700 /home/nvidia/.ssh && ssh-keygen -q -t ed25519 -N '' -C mine -f {private}"
+                             f" && rm {private}.pub", user="nvidia")
+    key = pristine.exec("spark-a", f"cat {private}").stdout
+    run = sparkpair("setup-network", "--yes")
+    assert run.code == 0 and "SSH trust verified" in run.out, run.text
+    assert "derive ~/.ssh/id_ed25519.pub from the existing ~/.ssh/id_ed25519" in run.out
+    derived = pristine.exec("spark-a", f"ssh-keygen -y -f {private} | cut -d' ' -f2").stdout
+    assert pristine.exec("spark-a", f"cat {private}").stdout == key
+    assert derived.strip() and derived.strip() in pristine.exec("spark-b", "cat /home/nvidia/.ssh/authorized_keys").stdout
+    assert sparkpair("setup-network", "--restore").code == 0
+    assert pristine.exec("spark-a", f"cat {private}").stdout == key
+    assert pristine.exec("spark-a", f"test -e {private}.pub", check=False).returncode != 0

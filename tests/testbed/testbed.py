@@ -4,6 +4,7 @@
     testbed exec NODE [--user nvidia] -- CMD...
     testbed fault NAME [--node NODE] [--port N]
     testbed heal [NAME]
+    testbed reset
 
 Needs root and Linux.  Standard library only.
 """
@@ -18,6 +19,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from layout import CACHE_DIR, INVENTORY, NODES, USER  # noqa: E402
+
+# What `reset` runs as root on each node: everything sparkpair's commands leave behind, undone.
+RESET_NODE = (
+    "docker rm -f trtllm-multinode >/dev/null 2>&1; "
+    "rm -f /etc/netplan/40-sparkpair-cx7.yaml /etc/netplan/40-cx7.yaml; rm -rf /var/backups/sparkpair; "
+    f"rm -rf /home/{USER}/.sparkpair /home/{USER}/.ssh/id_ed25519 /home/{USER}/.ssh/id_ed25519.pub "
+    f"/home/{USER}/.ssh/known_hosts; sed -i '/sparkpair@/d' /home/{USER}/.ssh/authorized_keys; "
+    "for i in enp1s0f1np1 enP2p1s0f1np1; do ip addr flush dev $i; ip link set dev $i down mtu 1500; done"
+)
 
 
 def log(message: str) -> None:
@@ -45,6 +55,7 @@ def parser() -> argparse.ArgumentParser:
     fault.add_argument("--port", type=int)
     heal = sub.add_parser("heal", help="undo all active faults, or those called NAME")
     heal.add_argument("name", nargs="?", choices=sorted(FAULTS), metavar="NAME")
+    sub.add_parser("reset", help="take back what sparkpair made on both nodes (engine, netplan, keys, addresses)")
     return top
 
 
@@ -94,6 +105,11 @@ def dispatch(args) -> int:
         elif args.command == "heal":
             healed = faults.heal(args.name)
             log(f"healed: {', '.join(healed)}" if healed else "no active fault to heal")
+        elif args.command == "reset":
+            from hostexec import node_sh
+            for each in NODES:
+                node_sh(each, RESET_NODE)
+            log("both nodes as `up` left them: no sparkpair files, keys, addresses or engine")
     return 0
 
 

@@ -422,9 +422,8 @@ def test_the_engine_counts_as_running_only_where_its_container_runs() -> None:
     assert mpijobs.engine_nodes(facts) == ["spark-a"]
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs OpenMPI's mpirun")
 def test_the_probe_program_reports_every_stage_from_two_local_ranks(tmp_path: Path) -> None:
-    pytest.importorskip("mpi4py")
+    assert shutil.which("mpirun"), "OpenMPI's mpirun is missing: scripts/setup installs it"
     (tmp_path / "token").write_text("hf_local\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
     env["HF_TOKEN_PATH"] = str(tmp_path / "token")
@@ -439,3 +438,30 @@ def test_the_probe_program_reports_every_stage_from_two_local_ranks(tmp_path: Pa
     assert {r["sha256"] for r in stages["token"]} == {hashlib.sha256(b"hf_local").hexdigest()}
     assert stages["bandwidth"]["bandwidth_mbs"] > 0 and stages["done"] == {"ranks": 2}
     assert "hf_local" not in result.stdout
+
+
+def test_a_single_node_profile_is_checked_on_the_node_that_will_serve_it() -> None:
+    facts = healthy()
+    facts.profile, facts.serving_node = "gpt-oss-120b", "spark-b"
+    for node in facts.nodes.values():
+        node.update({f"model {repo}": manifest() for repo in SIM.profile("gpt-oss-120b").repos})
+    facts.nodes["spark-b"]["meminfo"] = {"MemAvailable": 1 * GIB_KB, "MemFree": 1 * GIB_KB}
+    facts.nodes["spark-b"]["cache_access"] = (False, "Permission denied")
+    findings = checked(facts)
+    assert [f.status for f in rows(findings, "memory.available")] == [Status.FAIL]
+    assert rows(findings, "memory.available", "spark-b") and rows(findings, "models.writable", "spark-b")
+    assert rows(findings, "models.writable", "spark-b")[0].status is Status.FAIL
+    assert not rows(findings, "memory.available", "spark-a") and not rows(findings, "models.writable", "spark-a")
+    assert rows(findings, "ports.serving", "spark-b") and not rows(findings, "ports.serving", "spark-a")
+
+
+def test_a_lost_echo_is_reported_but_only_a_silent_path_fails() -> None:
+    facts = healthy()
+    facts.nodes["spark-a"][f"ping {TWIN} 198.19.1.12"] = PingResult(3, 2, 0.1)
+    facts.nodes["spark-a"][f"ping {TWIN} 198.19.1.12 df8972"] = PingResult(3, 1, 0.2)
+    findings = checked(facts)
+    plain, full = rows(findings, "path.ping", "spark-a")[0], rows(findings, "path.mtu", "spark-a")[0]
+    assert plain.status is Status.OK and "(1 of 3 echoes lost)" in plain.detail
+    assert full.status is Status.OK and "(2 of 3 echoes lost)" in full.detail
+    facts.nodes["spark-a"][f"ping {TWIN} 198.19.1.12 df8972"] = PingResult(3, 0, None)
+    assert rows(checked(facts), "path.mtu", "spark-a")[0].status is Status.FAIL

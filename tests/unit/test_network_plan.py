@@ -101,6 +101,33 @@ def test_conflicting_netplan_file_is_named_and_taken_over_with_replace() -> None
     assert taken.changes[0].summary == "take over /etc/netplan/40-cx7.yaml (backed up, then removed)"
 
 
+@pytest.mark.parametrize("other", [
+    "network:\n  version: 2\n  ethernets:\n    cx7:\n      match: {name: enp1s0f1np1}\n      mtu: 1500\n",
+    "network:\n  version: 2\n  bonds:\n    bond0:\n      interfaces: [enp1s0f1np1, enP2p1s0f1np1]\n",
+    "network:\n  version: 2\n  ethernets:\n    enp1s0f1np1: {}\n  vlans:\n    v7:\n      id: 7\n"
+    "      link: enp1s0f1np1\n",
+])
+def test_replace_refuses_a_twin_configured_through_match_bond_or_vlan(other: str) -> None:
+    facts = _facts()
+    path = "/etc/netplan/40-cx7.yaml"
+    for node in facts.values():
+        node["netplan_files"][path] = net.parse_netplan_files(f"\x1c{path}\n{other}")[path]
+    plan = network.plan_network(SIM, facts, replace=True)
+    assert plan.changes == [] and len(plan.refusals) == 2
+    assert plan.refusals[0].startswith(f"spark-a: {path} configures ") and "enp1s0f1np1" in plan.refusals[0]
+    assert "--replace cannot take over" in plan.refusals[0] and "match: name:" in plan.refusals[0]
+
+
+def test_replace_takes_over_a_stanza_keyed_by_the_twin_even_with_its_own_match() -> None:
+    other = "network:\n  version: 2\n  ethernets:\n    enp1s0f1np1:\n      match: {name: enp1s0f1np1}\n"
+    facts = _facts()
+    for node in facts.values():
+        node["netplan_files"]["/etc/netplan/40-cx7.yaml"] = net.NetplanFile(
+            "/etc/netplan/40-cx7.yaml", other, frozenset(net.netplan_interfaces(other)))
+    plan = network.plan_network(SIM, facts, replace=True)
+    assert plan.refusals == [] and plan.changes[0].summary.startswith("take over /etc/netplan/40-cx7.yaml")
+
+
 def test_takeover_keeps_other_interfaces_of_a_shared_file() -> None:
     shared = CLOUD_INIT + "    enp1s0f1np1:\n      dhcp4: true\n"
     remaining = network._without_interfaces(shared, {"enp1s0f1np1"})

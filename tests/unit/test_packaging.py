@@ -7,14 +7,12 @@ import sys
 import zipfile
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_wheel_contains_every_module_template_and_data_file(tmp_path: Path) -> None:
-    pytest.importorskip("setuptools")
-    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                             "--disable-pip-version-check", "-q",
                              "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     names = set(zipfile.ZipFile(next(tmp_path.glob("sparkpair-*.whl"))).namelist())

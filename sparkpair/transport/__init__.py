@@ -88,10 +88,10 @@ class CommandResult:
         return self.exit_code == 0
 
 
-def fingerprint(key: paramiko.PKey) -> str:
-    """OpenSSH-style SHA256 fingerprint of a public key."""
-    digest = base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
-    return f"SHA256:{digest}"
+def fingerprint(key_type: str, body: str) -> str:
+    """A public key's type and OpenSSH-style SHA256 fingerprint; body is the key's base64 (as in known_hosts)."""
+    digest = base64.b64encode(hashlib.sha256(base64.b64decode(body)).digest()).decode().rstrip("=")
+    return f"{key_type} SHA256:{digest}"
 
 
 def known_hosts_name(host: str, port: int) -> str:
@@ -107,7 +107,7 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
     def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
         if not self.accept_new:
             raise ConnectError(f"host key of {hostname} is not in {self.known_hosts} (offered "
-                               f"{key.get_name()} {fingerprint(key)})", node=self.node.name,
+                               f"{fingerprint(key.get_name(), key.get_base64())})", node=self.node.name,
                                hint="check the fingerprint on the node's console, then rerun with "
                                     "--accept-new-host-keys")
         self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
@@ -254,7 +254,9 @@ class NodeConnection:
     def docker(self) -> Any:
         """A Docker SDK client that talks to the node's engine over this SSH connection."""
         if self._docker is None:
-            self._docker = _docker_over(self._open().client, self.name)
+            from sparkpair.transport.dockerapi import docker_over  # the Docker SDK only when a command needs it
+
+            self._docker = docker_over(self._open().client, self.name)
         return self._docker
 
     def close(self) -> None:
@@ -268,8 +270,9 @@ class NodeConnection:
 def _connect_error(node: Node, cluster: Cluster, error: Exception) -> ConnectError:
     target = f"{cluster.user}@{node.host}:{node.port}"
     if isinstance(error, paramiko.BadHostKeyException):
-        return ConnectError(f"host key of {node.host} CHANGED: known_hosts has {fingerprint(error.expected_key)}, "
-                            f"the node offers {fingerprint(error.key)}; refusing to connect", node=node.name,
+        expected, offered = (fingerprint(k.get_name(), k.get_base64()) for k in (error.expected_key, error.key))
+        return ConnectError(f"host key of {node.host} CHANGED: known_hosts has {expected}, "
+                            f"the node offers {offered}; refusing to connect", node=node.name,
                             hint=f"if the node was reinstalled: ssh-keygen -R {known_hosts_name(node.host, node.port)}"
                                  f" -f {cluster.known_hosts}")
     if isinstance(error, paramiko.AuthenticationException):
@@ -286,31 +289,6 @@ def _connect_error(node: Node, cluster: Cluster, error: Exception) -> ConnectErr
     return ConnectError(f"cannot connect to {target}: {type(error).__name__}: {error}", node=node.name)
 
 
-def _docker_over(client: paramiko.SSHClient, node: str) -> Any:
-    """docker-py's SSH adapter, riding an already open and verified paramiko client."""
-    import docker
-    from docker.transport.sshconn import SSHHTTPAdapter
-
-    class SharedSSHAdapter(SSHHTTPAdapter):
-        def __init__(self) -> None:  # skip docker-py's own connect and host-key handling
-            from docker.transport.sshconn import RecentlyUsedContainer
-
-            self.ssh_client, self.ssh_host, self.timeout, self.max_pool_size = client, node, 120, 4
-            self.pools = RecentlyUsedContainer(4, dispose_func=lambda pool: pool.close())
-            super(SSHHTTPAdapter, self).__init__()
-
-        def close(self) -> None:  # the SSH connection belongs to NodeConnection
-            self.pools.clear()
-
-    docker_client = docker.DockerClient(base_url="tcp://127.0.0.1:9", version="1.41", timeout=120)
-    api = docker_client.api
-    api._custom_adapter = SharedSSHAdapter()
-    api.mount("http+docker://ssh", api._custom_adapter)
-    api.base_url = "http+docker://ssh"
-    api._version = api._retrieve_server_version()
-    return docker_client
-
-
 class Pair:
     """Both nodes' connections; `each` runs a function on every node in parallel."""
 
@@ -325,9 +303,6 @@ class Pair:
     @property
     def worker(self) -> NodeConnection:
         return self.nodes[self.inventory.worker.name]
-
-    def peer(self, connection: NodeConnection) -> NodeConnection:
-        return self.worker if connection is self.head else self.head
 
     def each(self, action: Callable[[NodeConnection], T], names: Sequence[str] | None = None,
              cancel: threading.Event | None = None) -> dict[str, T | BaseException]:

@@ -1,0 +1,93 @@
+"""sparkpair bench's control flow without a server: Ctrl-C during a relaunch, and where results go."""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import pytest
+
+import sparkpair.bench as bench
+from sparkpair.bench.client import Endpoint
+from sparkpair.bench.configs import plan_configs
+from sparkpair.bench.prompts import load_prompts
+from sparkpair.errors import Interrupted, SparkpairError, UsageError
+from sparkpair.inventory import read_inventory
+
+FOUND = bench.Serving({"profile": "qwen3-235b", "image_id": "sha256:x"}, ["spark-a"],
+                      Endpoint("198.18.0.11", 8355, "nvidia/Qwen3-235B-A22B-FP4"))
+
+
+def _options(out_dir: Path, as_json: bool = True) -> bench.BenchOptions:
+    return bench.BenchOptions("qwen3-235b", [1], 1, 16, None, False, [2], out_dir, as_json)
+
+
+@pytest.fixture
+def relaunches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Records every relaunch and restore; measuring a configuration yields nothing."""
+    done: list[str] = []
+    monkeypatch.setattr(bench, "_measure_config", lambda *args: ([], []))
+    monkeypatch.setattr(bench, "_restore", lambda pair, config, nodes, raise_on_failure=True: done.append("restore"))
+    return done
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt(), Interrupted("interrupted while starting the engine")])
+def test_ctrl_c_during_a_relaunch_restores_nothing_and_says_how(
+        example_inventory_path: Path, tmp_path: Path, relaunches: list[str], monkeypatch: pytest.MonkeyPatch,
+        interrupt: BaseException) -> None:
+    def relaunch(*args: object) -> None:
+        relaunches.append("relaunch")
+        raise interrupt
+
+    warnings: list[str] = []
+    monkeypatch.setattr(bench, "_relaunch", relaunch)
+    monkeypatch.setattr(bench.report, "warning", warnings.append)
+    configs = plan_configs(read_inventory(example_inventory_path), "qwen3-235b", [2], compare_baseline=False)
+    with pytest.raises(type(interrupt)):
+        bench._measure_all(None, configs, FOUND, load_prompts(None), _options(tmp_path))  # type: ignore[arg-type]
+    assert relaunches == ["relaunch"]
+    assert len(warnings) == 1 and "`sparkpair launch qwen3-235b` restores the profile" in warnings[0]
+
+
+def test_a_failed_relaunch_still_restores_the_profile(example_inventory_path: Path, tmp_path: Path,
+                                                      relaunches: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    def relaunch(*args: object) -> None:
+        raise SparkpairError("relaunching failed")
+
+    monkeypatch.setattr(bench, "_relaunch", relaunch)
+    configs = plan_configs(read_inventory(example_inventory_path), "qwen3-235b", [2], compare_baseline=False)
+    with pytest.raises(SparkpairError, match="relaunching failed"):
+        bench._measure_all(None, configs, FOUND, load_prompts(None), _options(tmp_path))  # type: ignore[arg-type]
+    assert relaunches == ["restore"]
+
+
+def test_an_unwritable_out_dir_stops_bench_in_one_line_naming_out(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(UsageError) as raised:
+        bench.check_out_dir(tmp_path / "a-file" / "bench")
+    assert len(raised.value.lines()) == 1 and raised.value.lines()[0].startswith(f"--out {tmp_path}/a-file/bench: ")
+    bench.check_out_dir(tmp_path / "new" / "bench")
+    assert list((tmp_path / "new" / "bench").iterdir()) == []
+
+
+def test_a_failed_write_keeps_the_measured_results_on_stdout(example_inventory_path: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    def disk_full(rows: object, out_dir: Path, title: str) -> list[Path]:
+        raise OSError(errno.ENOSPC, "No space left on device", str(out_dir / "draft_len.png"))
+
+    monkeypatch.setattr(bench.benchplots, "ensure_matplotlib", lambda: None)
+    monkeypatch.setattr(bench.benchplots, "write_plots", disk_full)
+    monkeypatch.setattr(bench, "serving", lambda *args: FOUND)
+    monkeypatch.setattr(bench, "_warn_if_drifted", lambda *args: None)
+    monkeypatch.setattr(bench, "_measure_all", lambda *args: ([{"config": "draft 3 (launched)", "max_draft_len": 3,
+                                                                "concurrency": 1, "requests": 1,
+                                                                "aggregate_tokens_per_s": 10.0}], []))
+    out = tmp_path / "bench"
+    with pytest.raises(SparkpairError) as raised:
+        bench.run_bench(None, read_inventory(example_inventory_path), _options(out))  # type: ignore[arg-type]
+    assert raised.value.lines() == [f"could not write {out}/draft_len.png: No space left on device; the results above "
+                                    "were measured but not saved (fix: free space or fix permissions under --out, "
+                                    "or pass another --out, and rerun)"]
+    assert json.loads(capsys.readouterr().out)["rows"][0]["config"] == "draft 3 (launched)"

@@ -1,0 +1,109 @@
+"""The SSH trust planner and the journal of its key changes, from constructed facts (no nodes)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sparkpair import steps, trust
+from sparkpair.errors import SparkpairError
+from sparkpair.inventory import read_inventory
+from sparkpair.probes import ProbeFailure
+from sparkpair.transport import CommandResult, Shell
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+SIM = read_inventory(FIXTURES / "inventory" / "sim.yaml")
+HOST_KEY = ("ssh-ed25519", "AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl")
+
+
+def _files(public: str | None, private: bool) -> trust.SshFiles:
+    return trust.SshFiles(public, None, None, "spark-x", (HOST_KEY,), private)
+
+
+def _probe_locally(home: Path) -> str:
+    return subprocess.run(["sh", "-c", trust.SSH_FILES.command.text], capture_output=True, text=True, timeout=5,
+                          env={**os.environ, "HOME": str(home)}).stdout
+
+
+def test_ssh_files_probe_reports_the_private_key_without_reading_it(tmp_path: Path) -> None:
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "id_ed25519").write_text("SECRET-KEY-BYTES\n")
+    output = _probe_locally(tmp_path)
+    assert "SECRET-KEY-BYTES" not in output
+    files = trust.parse_ssh_files(output)
+    assert files.private_key and files.public_key is None and files.authorized_keys is None
+    (tmp_path / ".ssh" / "id_ed25519").unlink()
+    (tmp_path / ".ssh" / "id_ed25519.pub").write_text(f"{' '.join(HOST_KEY)} me@here\n")
+    files = trust.parse_ssh_files(_probe_locally(tmp_path))
+    assert not files.private_key and files.public_key == f"{' '.join(HOST_KEY)} me@here"
+
+
+def test_a_node_without_any_key_gets_a_new_one() -> None:
+    [change] = trust.key_changes({"spark-a": _files(None, private=False), "spark-b": _files(" ".join(HOST_KEY), True)})
+    [action] = change.actions
+    assert change.node == "spark-a" and "ssh-keygen -q -t ed25519" in action.command.text
+    assert action.creates == (trust.KEY, f"{trust.KEY}.pub")
+
+
+def test_an_existing_private_key_without_its_pub_is_never_overwritten() -> None:
+    [change] = trust.key_changes({"spark-a": _files(None, private=True)})
+    [action] = change.actions
+    assert change.summary == f"derive {trust.KEY}.pub from the existing {trust.KEY}"
+    assert "ssh-keygen -y" in action.command.text and "-t ed25519" not in action.command.text
+    assert action.creates == (f"{trust.KEY}.pub",)
+
+
+def test_a_failed_ssh_files_probe_is_an_error_naming_the_node() -> None:
+    facts = {"spark-a": {"ssh_files": _files(None, False)},
+             "spark-b": {"ssh_files": ProbeFailure("ssh_files", 1, "cat: .ssh/known_hosts: Permission denied\n")}}
+    with pytest.raises(SparkpairError) as raised:
+        trust.ssh_files(facts)
+    assert raised.value.lines() == ["spark-b: ssh_files: cat: .ssh/known_hosts: Permission denied"]
+
+
+def test_known_hosts_learns_the_peer_key_under_every_name_it_answers_to() -> None:
+    files = {name: _files(None, False) for name in ("spark-a", "spark-b")}
+    changes, refusals = trust.trust_plan(SIM, files, {"spark-a": HOST_KEY, "spark-b": HOST_KEY})
+    assert refusals == []
+    assert [c.summary for c in changes] == [
+        "learn spark-b's host keys for 198.19.1.12, 198.19.2.12, spark-b",
+        "learn spark-a's host keys for 198.19.1.11, 198.19.2.11, spark-a"]
+    assert SIM.node("spark-b").ssh_names == ["198.19.1.12", "198.19.2.12", "spark-b"]
+
+
+class FakeNode:
+    """Enough of a NodeConnection for the executor: a set of existing files and a log of commands."""
+
+    name, home = "spark-a", "/home/nvidia"
+
+    def __init__(self, existing: set[str]) -> None:
+        self.existing, self.log, self.saved = set(existing), [], {}
+
+    def run(self, command: Shell, *, sudo: bool = False, timeout: float | None = None) -> CommandResult:
+        self.log.append(command.text)
+        saved = "if [ -e" in command.text and any(f" {path} " in command.text for path in self.existing)
+        return CommandResult(self.name, command.text, 0, "saved\n" if saved else "", "")
+
+    def check(self, command: Shell, *, sudo: bool = False, timeout: float | None = None) -> str:
+        return self.run(command, sudo=sudo).stdout
+
+    def put(self, content: str, path: str, *, mode: int = 0o644, sudo: bool = False) -> None:
+        self.saved[path] = content
+
+    def read(self, path: str) -> bytes | None:
+        return self.saved.get(path, "").encode() or None
+
+
+def test_restore_puts_back_a_file_a_command_overwrote_instead_of_deleting_it() -> None:
+    private, public = "/home/nvidia/.ssh/id_ed25519", "/home/nvidia/.ssh/id_ed25519.pub"
+    node = FakeNode({private})
+    journal = steps.Journal("trust", "20250101-000000")
+    steps._run_action(node, journal, steps.RunCommand(Shell("true"), creates=(trust.KEY, f"{trust.KEY}.pub")))
+    assert [(e["path"], bool(e["backup"])) for e in journal.entries] == [(private, True), (public, False)]
+    done = steps.restore(node, journal)
+    assert done == [f"removed {public}", f"restored {private}"]
+    assert f"rm -f {private}" not in node.log and f"cp -a /home/nvidia/.sparkpair/backups/20250101-000000/" \
+        f"home%nvidia%.ssh%id_ed25519 {private}" in node.log
