@@ -43,10 +43,6 @@ class Profile(BaseModel):
         """HF repo ids the profile needs on every node that runs a rank."""
         return [self.target] + ([self.draft] if self.draft else [])
 
-    def memory_needed_gib(self) -> float:
-        """Unified memory one node needs: its weight shard, the draft, and headroom for KV."""
-        return self.target_gib / self.tp_size + self.draft_gib + self.headroom_gib
-
 
 _RECIPE_RUNTIME = {
     "enable_attention_dp": False,

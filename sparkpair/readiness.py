@@ -11,8 +11,6 @@ from dataclasses import dataclass
 
 from sparkpair.transport import NodeConnection
 
-STAGES = ("port", "health", "models", "completion")
-
 
 @dataclass(frozen=True)
 class Readiness:
