@@ -6,19 +6,34 @@ Data goes to stdout; errors and progress go to stderr, so `--json` output can be
 from __future__ import annotations
 
 import json
+import os
 import sys
+import threading
+import time
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.markup import escape
+from sparkpair.inventory.messages import one_line
+from sparkpair.progress import Event
 
-from sparkpair.validation import one_line
+if TYPE_CHECKING:
+    from rich.console import Console
+
+# rich is imported on first use: `--json` output (doctor --json, status --json) never needs it.
+
+
+def escape(text: str) -> str:
+    """text with rich markup characters escaped."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 @cache
 def out() -> Console:
+    from rich.console import Console
+
     console = Console(highlight=False, soft_wrap=True)
     if not console.is_terminal:  # piped or captured: wide lines beat a table folded to 80 columns
         console.width = 160
@@ -27,6 +42,8 @@ def out() -> Console:
 
 @cache
 def err() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
@@ -100,6 +117,77 @@ def progress(node: str, text: str) -> None:
     note(f"{node}: {text}")
 
 
+def event(item: Event) -> None:
+    """One flow event: results on stdout, errors and warnings as such, the rest as progress on stderr.
+
+    Events with a key describe one evolving thing (a transfer, a node's loading stage): on a
+    terminal they update one live line each; elsewhere a plain line is printed when the thing
+    finishes or at most every PLAIN_EVERY_S seconds."""
+    text = f"{item.node}: {item.text}" if item.node else item.text
+    if item.key:
+        _LIVE.show(item, text)
+    elif item.level == "result":
+        line(text)
+    elif item.level == "error":
+        error_lines([text])
+    elif item.level == "warning":
+        warning(text)
+    else:
+        note(text)
+
+
+PLAIN_EVERY_S = float(os.environ.get("SPARKPAIR_PROGRESS_EVERY", "") or 10.0)  # plain progress lines, off a terminal
+
+
+class _LiveLines:
+    """The live lines of keyed events: rich progress bars on a terminal, throttled plain lines otherwise."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._printed: dict[str, float] = {}
+        self._bars: Any = None
+        self._tasks: dict[str, Any] = {}
+
+    def show(self, item: Event, text: str) -> None:
+        finished = item.total is not None and item.done is not None and item.done >= item.total
+        with self._lock:
+            if err().is_terminal:
+                self._bar(item, text, finished)
+                return
+            now = time.monotonic()
+            if finished or now - self._printed.get(item.key, 0.0) >= PLAIN_EVERY_S:
+                self._printed[item.key] = now
+                note(f"{text}{_amount(item)}")
+
+    def _bar(self, item: Event, text: str, finished: bool) -> None:
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+
+        if self._bars is None:
+            self._bars = Progress(TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                                  TextColumn("{task.fields[amount]}"), TimeElapsedColumn(), console=err(),
+                                  transient=True)
+            self._bars.start()
+        if item.key not in self._tasks:
+            self._tasks[item.key] = self._bars.add_task(escape(text), total=item.total, amount="")
+        self._bars.update(self._tasks[item.key], description=escape(text), completed=item.done or 0,
+                          total=item.total, amount=_amount(item))
+        if finished:
+            self._bars.remove_task(self._tasks.pop(item.key))
+            if not self._tasks:
+                self._bars.stop()
+                self._bars = None
+
+
+def _amount(item: Event) -> str:
+    if item.done is None or item.unit in ("B", ""):  # byte transfers (and unitless lines) say it in the text
+        return ""
+    total = f"/{item.total:g}" if item.total is not None else ""
+    return f" ({item.done:g}{total} {item.unit})".rstrip()
+
+
+_LIVE = _LiveLines()
+
+
 def outcomes(results: dict[str, Any], states: dict[str, str] | None = None) -> None:
     """What an apply did on each node, and the state each node is left in."""
     for node, outcome in results.items():
@@ -148,6 +236,72 @@ def findings(items: list[Any], elapsed: float | None = None) -> None:
     line(f"{counts['FAIL']} FAIL, {counts['WARN']} WARN, {counts['OK']} OK, {counts['SKIP']} SKIP{timing}")
 
 
+def launch_plan(planned: Any) -> None:
+    """launch --dry-run: the preflight's FAILs, or the config diffs, containers, models and serve line."""
+    if planned.preflight:
+        preflight_failed(planned.preflight)
+        return
+    plan(planned.changes, [])
+    for name, state in planned.containers.items():
+        line(f"{name}: engine container (now: {state}) from {planned.image}")
+    line(f"models ({planned.model_source}): {', '.join(planned.repos)} on {', '.join(planned.nodes)}")
+    line("serve: " + planned.serve)
+
+
+def preflight_failed(failures: list[Any]) -> None:
+    findings(failures)
+    error_lines([f"preflight: {len(failures)} launch-critical check(s) FAIL; nothing was started"])
+
+
+def launch_result(result: Any) -> None:
+    """How a launch ended: the endpoint, or what failed with the ranks' last lines and the causes."""
+    if result.preflight:
+        preflight_failed(result.preflight)
+        return
+    if result.fabric:
+        findings(result.fabric)
+        error_lines(["--check-fabric: NCCL over RoCE is not proven (above); no model was loaded and no engine "
+                     "container started"])
+        return
+    if result.outcomes:
+        for node, outcome in result.outcomes.items():
+            if not outcome.ok and outcome.failed:
+                error_lines([f"{node}: {outcome.failed_change or 'apply'} failed: {outcome.failed}"])
+        return
+    if result.failure is None:
+        if result.ready:
+            line(f"ready in {result.seconds:.1f} s")
+        endpoint(result.endpoint, result.model, ready=result.ready)
+        return
+    error_lines([f"launch failed: {result.failure.detail}"])
+    log_tails(result.failure.log_tails)
+    causes(result.failure.causes)
+    if result.kept:
+        note("left running for inspection (--keep-on-failure); sparkpair logs / sparkpair stop")
+    for name, outcome in result.teardown.items():
+        note(f"{name}: {outcome}")
+    if getattr(result, "logs_kept", ""):
+        note(result.logs_kept)
+    note("evidence from both nodes for a report (logs, versions, state; no secrets): sparkpair bundle")
+
+
+def bundle_result(result: Any) -> None:
+    """Where `sparkpair bundle` wrote the archive, what it holds, and what it could not collect."""
+    size = sum(item[1] for item in result.files)
+    line(f"wrote {result.path}: {len(result.files)} files, {size / 1024:.0f} KiB before compression, "
+         f"{result.redactions} secret value(s) redacted (MANIFEST.txt lists every file and each redaction)")
+    for item in result.missing:
+        note(f"not collected: {item}")
+
+
+def rank_logs(items: list[Any]) -> None:
+    """Each rank's last lines under a header naming the node and rank."""
+    for item in items:
+        line(f"==> {item.node} (rank {item.rank}) <==")
+        for text in item.text.splitlines():
+            line(text)
+
+
 def endpoint(url: str, model: str, ready: bool) -> None:
     """Where the server is, how to call it with curl, and with the OpenAI client."""
     base = url.removesuffix("/v1")
@@ -169,70 +323,53 @@ def log_tails(texts: dict[str, str]) -> None:
 
 
 def causes(items: list[Any]) -> None:
-    """Recognised causes of a failure, each with its fix; or say that none was recognised."""
+    """Recognised causes of a failed launch, most likely first, each with its fix, first evidence line
+    and runbook section; or say that none was recognised."""
     if not items:
-        error_lines(["cause not recognised from the logs; see the lines above and docs/runbooks.md#launch-failure"])
-    for cause in items:
-        error_lines([f"cause: {cause.explanation} (fix: {cause.fix})"])
+        error_lines(["cause not recognised from the logs; see the lines above and "
+                     "docs/runbooks.md#reading-diagnose-output"])
+    for item in items:
+        error_lines([f"cause {item.cause}: {item.summary}"])
+        for text in item.evidence[:2]:
+            note(f"  evidence: {one_line(text)}")
+        note(f"  fix: {item.fix} ({item.runbook})")
+
+
+def diagnoses(items: list[Any], serving: bool) -> None:
+    """`sparkpair diagnose`: each likely cause, most likely first, with its evidence, fix and runbook."""
+    if not items:
+        line("no failure found: the start reached serving" if serving else
+             "no failure found in the logs (nothing matched a known cause, and no start was seen stopping)")
+        return
+    for number, item in enumerate(items, 1):
+        out().print(f"[bold red]{number}. {escape(item.cause)}[/]: {escape(one_line(item.summary))}")
+        line("   evidence:")
+        for text in item.evidence:
+            line(f"     | {one_line(text)}")
+        line(f"   fix: {one_line(item.fix)}")
+        line(f"   runbook: {item.runbook}")
 
 
 def status(result: Any) -> None:
     """The engine's status as a short table."""
     from rich.table import Table
 
-    colour = {"serving": "green", "degraded": "bold red", "stopped": "dim"}[result.state]
+    colour = {"serving": "green", "degraded": "bold red", "wedged": "bold red", "stopped": "dim"}[result.state]
     out().print(f"state: [{colour}]{result.state}[/]")
     rows = [("profile", result.profile or "-"), ("model", result.model or "-"), ("endpoint", result.endpoint or "-"),
-            ("health", result.health),
+            ("health", result.health), ("generation", result.generation),
             ("uptime", f"{result.uptime_s:.0f} s" if result.uptime_s is not None else "-"),
             ("requests", f"{result.requests:.0f}" if result.requests is not None else "-"),
             ("draft acceptance", f"{result.acceptance_rate:.1%}" if result.acceptance_rate is not None else "-")]
     if result.reason:
         rows.insert(0, ("why", result.reason))
     for name, node in result.nodes.items():
-        rank = "rank up" if node["ranks_alive"] else "rank down"
+        rank = {"stopped": "rank stopped"}.get(node.get("rank_state", ""), "rank up" if node["ranks_alive"] else "rank down")
         rows.append((name, f"container {node['container']}, {rank}"))
     table = Table(show_header=False, box=None)
     for key, value in rows:
         table.add_row(key, escape(str(value)))
     out().print(table)
-
-
-def bench_stage(text: str) -> None:
-    """A step of sparkpair bench (relaunch, restore) on stderr."""
-    err().print(f"[bold]bench:[/] {escape(text)}")
-
-
-def bench_progress(description: str, total: int) -> Any:
-    """A context manager: a progress bar on stderr while requests run; it yields advance()
-    (safe to call from the request threads)."""
-    import contextlib
-
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    @contextlib.contextmanager
-    def running() -> Any:
-        if not err().is_terminal:  # no bar in logs and pipes: the line per measured point says enough
-            yield lambda: None
-            return
-        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("requests"),
-                   TimeElapsedColumn())
-        with Progress(*columns, console=err(), transient=True) as bar:
-            task = bar.add_task(description, total=total)
-            yield lambda: bar.advance(task)
-
-    return running()
-
-
-def bench_level(row: dict[str, Any]) -> None:
-    """One measured point of sparkpair bench, as a line on stderr."""
-    def number(key: str, digits: int) -> str:
-        return "-" if row.get(key) is None else f"{row[key]:.{digits}f}"
-
-    acceptance = "-" if row.get("acceptance_rate") is None else f"{100 * row['acceptance_rate']:.1f}%"
-    note(f"{row['config']}, {row['concurrency']} stream(s): {number('aggregate_tokens_per_s', 1)} tok/s total, "
-         f"TTFT p50 {number('ttft_ms_p50', 0)} ms, acceptance {acceptance}, "
-         f"{row['errors']} of {row['requests']} failed")
 
 
 def bench_results(headers: list[str], cells: list[list[str]]) -> None:

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Measured vs configured: a `sparkpair bench` results.json against the stand-in engine's known truth.
 
-    scripts/bench/bench_truth.py RESULTS_JSON [--inventory INVENTORY]
+    .venv/bin/python scripts/bench/bench_truth.py RESULTS_JSON [--inventory INVENTORY]
 
 The SIM_* knobs come from the inventory's container.env (engine defaults otherwise); the formulas
-are the engine's own (tests/testbed/engine/README.md, "Known truth", via simengine.knobs.Timing).
+are the engine's own (tests/testbed/sparkpair_testbed/engine/README.md, "Known truth", via
+simengine.knobs.Timing; simengine comes with the sparkpair-testbed package scripts/setup installs).
 Prints one line per figure and exits 1 when any checked figure is off by more than 10%.
 """
 
@@ -18,11 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "testbed" / "engine"))
-
-from simengine.knobs import Timing  # noqa: E402
+from simengine.knobs import Timing
 
 TOLERANCE = 0.10
 

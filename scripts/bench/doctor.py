@@ -26,13 +26,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+from sparkpair.checks.collect import node_probes
+from sparkpair.inventory import Inventory, Node, read_inventory
+from sparkpair.probes.host import CLOCK
+from sparkpair.transport import PATH_PREFIX, command_text
 
-from sparkpair.checks.collect import node_probes  # noqa: E402
-from sparkpair.inventory import Inventory, Node, read_inventory  # noqa: E402
-from sparkpair.probes.host import CLOCK  # noqa: E402
-from sparkpair.transport import PATH_PREFIX, command_text  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 DEFAULT_INVENTORY = "/var/lib/sparkpair-testbed/inventory.yaml"
 

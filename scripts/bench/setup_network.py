@@ -8,16 +8,33 @@ Usage: .venv/bin/python scripts/bench/setup_network.py [RUNS]
 from __future__ import annotations
 
 import fcntl
+import json
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from sparkpair import paths
+from sparkpair.inventory import read_inventory
+
 ROOT = Path(__file__).resolve().parents[2]
 TESTBED = ROOT / "scripts" / "testbed"
+
+
 def inventory() -> str:
     return subprocess.run([str(TESTBED), "inventory"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def reset_spec(path: str) -> str:
+    """What `scripts/testbed reset` takes back for a cold run (JSON): the engine and everything
+    setup-network made, as sparkpair.paths names it (tests/conftest.py says the same for the tests)."""
+    inventory = read_inventory(path)
+    return json.dumps({"containers": [inventory.container.name],
+                       "paths": [paths.STATE_DIR, paths.NODE_KEY, f"{paths.NODE_KEY}.pub", paths.KNOWN_HOSTS,
+                                 paths.NETPLAN_PATH, paths.SYSTEM_BACKUPS],
+                       "authorized_key_comments": [paths.node_key_comment("*")],
+                       "interfaces": sorted({name for node in inventory.nodes for name in node.links})})
 
 
 def timed_setup(path: str) -> float:
@@ -33,9 +50,10 @@ def main() -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         subprocess.run([str(TESTBED), "up"], check=True, capture_output=True)
         path = inventory()
+        spec = reset_spec(path)
         cold, noop = [], []
         for _ in range(runs):
-            subprocess.run([str(TESTBED), "reset"], check=True, capture_output=True)
+            subprocess.run([str(TESTBED), "reset", "--spec-json", spec], check=True, capture_output=True)
             cold.append(timed_setup(path))
             noop.append(timed_setup(path))
     print(f"setup-network cold (netplan, keys, host keys, verified both ways): "

@@ -9,26 +9,33 @@ a table. docs/bench.md explains every figure.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import hashlib
 import json
-import sys
 import tempfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sparkpair import __version__, lifecycle, render, report
-from sparkpair.bench import plots as benchplots, record as benchrecord
+from sparkpair import __version__
+from sparkpair.bench import plots as benchplots
+from sparkpair.bench import record as benchrecord
 from sparkpair.bench.client import Endpoint, IterationStats, run_streams, served_models
 from sparkpair.bench.configs import EngineConfig, launched_draft_len, plan_configs
 from sparkpair.bench.prompts import PromptSet, load_prompts
-from sparkpair.bench.stats import LevelStats, acceptance_from_iterations, summarize_level
+from sparkpair.bench.stats import (
+    LevelStats,
+    acceptance_from_iterations,
+    summarize_level,
+)
+from sparkpair.engine import fabric
+from sparkpair.engine.launch import LaunchOptions, config_changes, launch
+from sparkpair.engine.state import LaunchState, read_state
 from sparkpair.errors import Interrupted, SparkpairError, UsageError
 from sparkpair.inventory import Inventory
-from sparkpair.launch import LaunchOptions, config_changes, launch
+from sparkpair.progress import Event, Progress
 from sparkpair.transport import Pair
 
 RELAUNCH_TIMEOUT_S = 1800.0
@@ -55,21 +62,30 @@ class BenchOptions:
 class Serving:
     """The engine bench measures: its launch state, rank nodes and endpoint."""
 
-    state: dict[str, Any]
+    state: LaunchState
     nodes: list[str]
     endpoint: Endpoint
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    """What bench measured: the whole record (rows, provenance, settings) and the failed requests."""
+
+    record: dict[str, Any]
+    rows: list[benchrecord.Row]
+    errors: list[str]
 
 
 def serving(pair: Pair, inventory: Inventory, profile_name: str) -> Serving:
     """The engine that serves profile_name now; SparkpairError (run `sparkpair launch` first) when none does."""
     fix = f"run `sparkpair launch {profile_name}` first (`sparkpair status` shows what runs)"
-    state = lifecycle.read_state(pair.head) or {}
-    nodes = state.get("nodes") or [inventory.head.name]
-    endpoint = Endpoint(inventory.node(nodes[0]).host, inventory.server.port, inventory.profile(profile_name).target)
-    if not state or state.get("stopped"):
+    state = read_state(pair.head)
+    if state is None or not state.running:
         raise SparkpairError("the server is not serving: nothing was launched, or it was stopped", hint=fix)
-    if state.get("profile") != profile_name:
-        raise SparkpairError(f"the server runs profile {state.get('profile')}, not {profile_name}", hint=fix)
+    nodes = state.nodes or [inventory.head.name]
+    endpoint = Endpoint(inventory.node(nodes[0]).host, inventory.server.port, inventory.profile(profile_name).target)
+    if state.profile != profile_name:
+        raise SparkpairError(f"the server runs profile {state.profile}, not {profile_name}", hint=fix)
     models = served_models(endpoint)
     if models is None:
         raise SparkpairError(f"the server is not serving: nothing answers at {endpoint.url}/models", hint=fix)
@@ -79,46 +95,61 @@ def serving(pair: Pair, inventory: Inventory, profile_name: str) -> Serving:
     return Serving(state, nodes, endpoint)
 
 
-def _relaunch(pair: Pair, config: EngineConfig, nodes: list[str]) -> None:
-    """Launch config (containers and cached models reused); launch's own output goes to stderr."""
+def _relaunch(pair: Pair, config: EngineConfig, nodes: list[str], progress: Progress) -> None:
+    """Launch config (containers and cached models reused); launch's own progress goes to stderr."""
     single = None if config.inventory.profile(config.profile).is_pair else nodes[0]
     options = LaunchOptions(config.profile, timeout=RELAUNCH_TIMEOUT_S, model_source="cached", node=single)
-    report.bench_stage(f"relaunching as {config.label} (profile {config.profile})")
-    with contextlib.redirect_stdout(sys.stderr):
-        code = launch(pair, config.inventory, options)
-    if code != 0:
-        raise SparkpairError(f"relaunching {config.profile} ({config.label}) failed; see the lines above")
+    progress(Event("bench", f"relaunching as {config.label} (profile {config.profile})"))
+    result = launch(pair, config.inventory, options, lambda event: progress(_demoted(event)))
+    if not result.ok:
+        why = result.failure.detail if result.failure else (
+            f"{len(result.preflight)} launch-critical check(s) FAIL" if result.preflight else "see the lines above")
+        raise SparkpairError(f"relaunching {config.profile} ({config.label}) failed: {why}")
+
+
+def _demoted(event: Event) -> Event:
+    """A relaunch's own output lines are progress of the benchmark, not its results."""
+    return replace(event, level="info") if event.level == "result" else event
 
 
 def _measure_level(endpoint: Endpoint, prompts: PromptSet, config: EngineConfig, level: int,
-                   options: BenchOptions) -> tuple[LevelStats, list[str]]:
+                   options: BenchOptions, progress: Progress) -> tuple[LevelStats, list[str]]:
     """One warm-up request per stream (excluded), then the measured requests; (stats, error messages)."""
     warmup = list(reversed(prompts.messages))
-    with report.bench_progress(f"{config.label}, {level} stream(s)", level + options.requests) as advance:
-        run_streams(endpoint, warmup, level, level, options.max_tokens, lambda _: advance())
-        with IterationStats(endpoint) as iterations:
-            timings, wall_s = run_streams(endpoint, prompts.messages, options.requests, level, options.max_tokens,
-                                          lambda _: advance())
+    description, total = f"{config.label}, {level} stream(s)", level + options.requests
+    done = [0]
+    lock = threading.Lock()
+
+    def advance(_: object) -> None:
+        with lock:
+            done[0] += 1
+            progress(Event("bench", description, key=f"bench {description}", done=done[0], total=total,
+                           unit="requests"))
+
+    run_streams(endpoint, warmup, level, level, options.max_tokens, advance)
+    with IterationStats(endpoint) as iterations:
+        timings, wall_s = run_streams(endpoint, prompts.messages, options.requests, level, options.max_tokens,
+                                      advance)
     stats = summarize_level(level, timings, wall_s, acceptance_from_iterations(iterations.items))
     return stats, [t.error for t in timings if not t.ok]
 
 
 def _measure_config(endpoint: Endpoint, prompts: PromptSet, config: EngineConfig,
-                    options: BenchOptions) -> tuple[list[benchrecord.Row], list[str]]:
+                    options: BenchOptions, progress: Progress) -> tuple[list[benchrecord.Row], list[str]]:
     rows, errors = [], []
     for level in options.concurrency:
-        stats, failed = _measure_level(endpoint, prompts, config, level, options)
+        stats, failed = _measure_level(endpoint, prompts, config, level, options, progress)
         rows.append(benchrecord.level_row(config.label, config.profile, config.max_draft_len, stats))
         errors += failed
-        report.bench_level(rows[-1])
+        progress(Event("", benchrecord.level_line(rows[-1])))
         if config.max_draft_len is not None and stats.acceptance is None and stats.errors < stats.requests:
-            report.warning("the server reported no draft statistics on /metrics; acceptance needs "
-                           "enable_iter_perf_stats: true in the profile's llm_api")
+            progress(Event("", "the server reported no draft statistics on /metrics; acceptance needs "
+                               "enable_iter_perf_stats: true in the profile's llm_api", "warning"))
     return rows, errors
 
 
 def _measure_all(pair: Pair, configs: list[EngineConfig], found: Serving, prompts: PromptSet,
-                 options: BenchOptions) -> tuple[list[benchrecord.Row], list[str]]:
+                 options: BenchOptions, progress: Progress) -> tuple[list[benchrecord.Row], list[str]]:
     """Every configuration in turn; when any needed a relaunch, relaunch the first (the operator's) last."""
     rows: list[benchrecord.Row] = []
     errors: list[str] = []
@@ -127,41 +158,44 @@ def _measure_all(pair: Pair, configs: list[EngineConfig], found: Serving, prompt
         for config in configs:
             if config.relaunch:
                 relaunched = True
-                _relaunch(pair, config, found.nodes)
-            measured, failed = _measure_config(found.endpoint, prompts, config, options)
+                _relaunch(pair, config, found.nodes, progress)
+            measured, failed = _measure_config(found.endpoint, prompts, config, options, progress)
             rows, errors = rows + measured, errors + failed
     except (KeyboardInterrupt, Interrupted):  # launch() reports Ctrl-C as Interrupted: no restore, just say how
         if relaunched:
-            report.warning(f"interrupted: a bench variant may be running; `sparkpair launch {options.profile}` "
-                           "restores the profile")
+            progress(Event("", f"interrupted: a bench variant may be running; `sparkpair launch {options.profile}` "
+                           "restores the profile", "warning"))
         raise
     except Exception:
         if relaunched:
-            _restore(pair, configs[0], found.nodes, raise_on_failure=False)
+            _restore(pair, configs[0], found.nodes, progress, raise_on_failure=False)
         raise
     if relaunched:
-        _restore(pair, configs[0], found.nodes)
+        _restore(pair, configs[0], found.nodes, progress)
     return rows, errors
 
 
-def _restore(pair: Pair, original: EngineConfig, nodes: list[str], raise_on_failure: bool = True) -> None:
-    report.bench_stage(f"restoring {original.profile} as the operator launched it")
+def _restore(pair: Pair, original: EngineConfig, nodes: list[str], progress: Progress,
+             raise_on_failure: bool = True) -> None:
+    progress(Event("bench", f"restoring {original.profile} as the operator launched it"))
     try:
         _relaunch(pair, EngineConfig("the launched profile", original.profile, original.inventory,
-                                     original.max_draft_len, relaunch=True), nodes)
+                                     original.max_draft_len, relaunch=True), nodes, progress)
     except Interrupted:
         raise
     except SparkpairError:
         if raise_on_failure:
             raise SparkpairError(f"could not restore {original.profile} after the benchmark",
                                  hint=f"sparkpair launch {original.profile}") from None
-        report.error_lines([f"could not restore {original.profile}; run `sparkpair launch {original.profile}`"])
+        progress(Event("", f"could not restore {original.profile}; run `sparkpair launch {original.profile}`", "error"))
 
 
-def _warn_if_drifted(pair: Pair, inventory: Inventory, profile_name: str, nodes: list[str]) -> None:
-    if config_changes(pair, render.node_config_files(inventory, profile_name), nodes):
-        report.warning(f"the running engine's config differs from what the inventory renders for {profile_name}: "
-                       "the results describe what runs (`sparkpair launch --dry-run` shows the difference)")
+def _warn_if_drifted(pair: Pair, inventory: Inventory, profile_name: str, nodes: list[str], progress: Progress) -> None:
+    files = fabric.node_files(inventory, profile_name, fabric.gather_fabrics(pair, inventory, nodes))
+    if config_changes(pair, files, nodes):
+        progress(Event("", f"the running engine's config differs from what the inventory renders for {profile_name}: "
+                           "the results describe what runs (`sparkpair launch --dry-run` shows the difference)",
+                       "warning"))
 
 
 def _digest(data: Any) -> str:
@@ -178,8 +212,19 @@ def provenance(inventory: Inventory, options: BenchOptions, found: Serving) -> d
     return {"inventory": {"path": str(path) if path else None, "sha256": _digest(resolved), "file_sha256": file_sha},
             "profile": options.profile, "target": profile.target, "draft": profile.draft,
             "max_draft_len": launched_draft_len(profile), "image": inventory.container.image,
-            "image_id": found.state.get("image_id"), "revisions": found.state.get("revisions") or {},
-            "endpoint": found.endpoint.url, "nodes": found.nodes, "transport": found.state.get("transport")}
+            "image_id": found.state.image_id, "revisions": found.state.revisions,
+            "endpoint": found.endpoint.url, "nodes": found.nodes, "transport": found.state.transport,
+            "fabric": fabric_facts(found.state)}
+
+
+def fabric_facts(state: LaunchState) -> dict[str, Any]:
+    """The fabric the measured engine ran on: each node's NCCL_IB_HCA and GID index as launched, and what
+    `launch --check-fabric` measured (NCCL's transport and devices per node, the bus bandwidth), when it ran."""
+    recorded = state.fabric or {}
+    proof = recorded.get("proof") or {}
+    return {"nodes": recorded.get("nodes", {}), "transport": proof.get("transport"), "devices": proof.get("devices"),
+            "bus_bandwidth_gbs": proof.get("bus_bandwidth_gbs"),
+            "measured": "launch --check-fabric" if proof else "not measured (sparkpair launch --check-fabric does)"}
 
 
 def _settings(options: BenchOptions, prompts: PromptSet) -> dict[str, Any]:
@@ -203,7 +248,7 @@ def check_out_dir(out_dir: Path) -> None:
                          hint="pass --out a directory you can write to") from None
 
 
-def _write_outputs(record: dict[str, Any], out_dir: Path) -> list[Path]:
+def write_outputs(record: dict[str, Any], out_dir: Path) -> list[Path]:
     """results.json, results.csv, the plots and summary.md under out_dir; the paths written.
     SparkpairError when writing fails (disk full, permissions): the results were shown already."""
     title = (f"{record['provenance']['profile']} ({record['provenance']['target']}), "
@@ -220,31 +265,21 @@ def _write_outputs(record: dict[str, Any], out_dir: Path) -> list[Path]:
                              "or pass another --out, and rerun") from None
 
 
-def run_bench(pair: Pair, inventory: Inventory, options: BenchOptions) -> int:
-    """The whole benchmark; exit status 0, or 1 when any measured request failed."""
+def run_bench(pair: Pair, inventory: Inventory, options: BenchOptions, progress: Progress) -> BenchResult:
+    """The whole benchmark against the running server (relaunching variants when asked); the results,
+    not yet written (`write_outputs`), so that a failed write loses nothing measured."""
     benchplots.ensure_matplotlib()
     prompts = load_prompts(options.prompts)
     configs = plan_configs(inventory, options.profile, options.draft_lengths, options.compare_baseline)
     found = serving(pair, inventory, options.profile)
     check_out_dir(options.out_dir)
-    _warn_if_drifted(pair, inventory, options.profile, found.nodes)
+    _warn_if_drifted(pair, inventory, options.profile, found.nodes, progress)
     started = time.time()
-    rows, errors = _measure_all(pair, configs, found, prompts, options)
+    rows, errors = _measure_all(pair, configs, found, prompts, options, progress)
     benchrecord.add_speedups(rows)
     finished = time.time()
     record = {"sparkpair_version": __version__, "started": _when(started), "finished": _when(finished),
               "duration_s": round(finished - started, 1), "provenance": provenance(inventory, options, found),
               "settings": _settings(options, prompts), "configs": [c.as_dict() for c in configs], "rows": rows,
               "errors": sorted(set(errors))[:20]}
-    if options.as_json:  # shown before the files are written: a failed write loses nothing measured
-        report.emit_json(record)
-    else:
-        report.bench_results(*benchrecord.table(rows))
-    paths = _write_outputs(record, options.out_dir)
-    if not options.as_json:
-        report.written_files(options.out_dir, paths)
-    if errors:
-        total = sum(row["requests"] for row in rows)
-        report.error_lines([f"{len(errors)} of {total} measured requests failed; first: {errors[0]}"])
-        return 1
-    return 0
+    return BenchResult(record, rows, errors)

@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sparkpair import recipe
 from sparkpair.errors import UsageError
 from sparkpair.inventory import Inventory, parse_inventory
-from sparkpair.profiles import Profile, deep_merge, profile_sources
+from sparkpair.inventory.profiles import Profile, deep_merge, profile_sources
+from sparkpair.render import recipe
 
 MAX_PROFILE_NAME = 48
 NO_DRAFT = {"draft": None, "decoding_type": None, "max_draft_len": None, "draft_gib": 0.0}

@@ -19,7 +19,7 @@ Row = dict[str, Any]
 
 
 def _scaled(values: dict[str, float | None], prefix: str, factor: float, names: tuple[str, ...]) -> Row:
-    return {f"{prefix}_{name}": None if values[name] is None else values[name] * factor for name in names}
+    return {f"{prefix}_{name}": None if (value := values[name]) is None else value * factor for name in names}
 
 
 def level_row(config: str, profile: str, max_draft_len: int | None, stats: LevelStats) -> Row:
@@ -107,6 +107,7 @@ def _provenance_lines(record: dict[str, Any]) -> list[str]:
         ("image", f"{what['image']} (id {what.get('image_id') or 'unknown'})"),
         ("model revisions", revisions),
         ("endpoint", what["endpoint"]),
+        ("fabric", _fabric_line(what.get("fabric") or {})),
         ("prompts", f"{settings['prompts']['source']}: {settings['prompts']['count']} prompts, "
                     f"sha256 {settings['prompts']['sha256'][:16]}"),
         ("settings", f"concurrency {','.join(map(str, settings['concurrency']))}; {settings['requests']} measured "
@@ -114,6 +115,18 @@ def _provenance_lines(record: dict[str, Any]) -> list[str]:
                      f"temperature {settings['temperature']}"),
     ]
     return ["| | |", "|---|---|"] + [f"| {key} | {value} |" for key, value in rows]
+
+
+def _fabric_line(fabric: dict[str, Any]) -> str:
+    """Each node's NCCL settings and, when measured, NCCL's transport, devices and bus bandwidth."""
+    nodes = "; ".join(f"{name}: " + (", ".join(f"{key}={value}" for key, value in env.items()) or "not asked")
+                      for name, env in (fabric.get("nodes") or {}).items()) or "not recorded"
+    if not fabric.get("transport"):
+        return f"{nodes}; {fabric.get('measured', 'not measured')}"
+    used = "; ".join(f"{name} {transport} {'+'.join((fabric.get('devices') or {}).get(name, []))}".strip()
+                     for name, transport in fabric["transport"].items())
+    bandwidth = fabric.get("bus_bandwidth_gbs")
+    return f"{nodes}; NCCL {used}" + (f"; all_gather bus bandwidth {bandwidth:g} GB/s" if bandwidth else "")
 
 
 def _speedup_lines(rows: list[Row]) -> list[str]:
@@ -137,3 +150,15 @@ def write_summary(record: dict[str, Any], plots: list[Path], path: Path) -> Path
               "and settings above are the same. See docs/bench.md for what each column measures.", ""]
     path.write_text("\n".join(lines), encoding="utf-8")
     return path
+
+
+def level_line(row: Row) -> str:
+    """One measured point as a line of progress."""
+    def number(key: str, digits: int) -> str:
+        value = row.get(key)
+        return "-" if value is None else f"{value:.{digits}f}"
+
+    acceptance = "-" if row.get("acceptance_rate") is None else f"{100 * row['acceptance_rate']:.1f}%"
+    return (f"{row['config']}, {row['concurrency']} stream(s): {number('aggregate_tokens_per_s', 1)} tok/s total, "
+            f"TTFT p50 {number('ttft_ms_p50', 0)} ms, acceptance {acceptance}, "
+            f"{row['errors']} of {row['requests']} failed")

@@ -1,20 +1,30 @@
 """doctor: read-only preflight of everything a launch needs; each finding carries its fix.
 
 Each node gets one SSH connection and one batched probe round (plus a short clock round trip);
-both nodes are probed at once. Check functions are pure: facts in, findings out. An unreachable
-node turns into FAIL rows for that node while the other node is still checked.
+both nodes are probed at once. Check functions are pure: facts in, findings out, and they are the
+only judges: setup-network verifies the link by running the same link checks over the facts it
+gathered. An unreachable node turns into FAIL rows for that node while the other is still checked.
+
+Holds the findings model here; `catalog` (order, launch-critical ids), `collect` (facts from both
+nodes), `node`, `links`, `roce`, `engine` (the checks), `deep`, `mpijobs` and `nccltests` (doctor --deep),
+`doctor`.
+May import inventory, render, probes, transport, errors, paths, and engine.containers (the deep
+jobs start short-lived engine containers).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from sparkpair.inventory import Inventory
+from sparkpair.probes import NodeFacts, Probe, docker
 
 RUNBOOK = "docs/runbooks.md"
+SETUP_NETWORK = "setup-network"
+T = TypeVar("T")
 
 
 class Status(str, enum.Enum):
@@ -33,6 +43,7 @@ class Finding:
     status: Status
     detail: str
     fix: str = ""
+    fixed_by: str = ""  # the sparkpair command that fixes it, when one does (SETUP_NETWORK)
 
     def as_dict(self) -> dict[str, str]:
         return {"check": self.check, "node": self.node, "status": self.status.value, "detail": self.detail,
@@ -48,12 +59,12 @@ def ok(check: str, node: str, detail: str) -> Finding:
     return Finding(check, node, Status.OK, detail)
 
 
-def warn(check: str, node: str, detail: str, fix: str = "") -> Finding:
-    return Finding(check, node, Status.WARN, detail, fix or runbook(check))
+def warn(check: str, node: str, detail: str, fix: str = "", fixed_by: str = "") -> Finding:
+    return Finding(check, node, Status.WARN, detail, fix or runbook(check), fixed_by)
 
 
-def fail(check: str, node: str, detail: str, fix: str = "") -> Finding:
-    return Finding(check, node, Status.FAIL, detail, fix or runbook(check))
+def fail(check: str, node: str, detail: str, fix: str = "", fixed_by: str = "") -> Finding:
+    return Finding(check, node, Status.FAIL, detail, fix or runbook(check), fixed_by)
 
 
 def skip(check: str, node: str, detail: str) -> Finding:
@@ -66,7 +77,7 @@ class Facts:
 
     inventory: Inventory
     profile: str
-    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    nodes: dict[str, NodeFacts] = field(default_factory=dict)
     unreachable: dict[str, str] = field(default_factory=dict)
     connect_hints: dict[str, str] = field(default_factory=dict)   # the fix for each unreachable node
     clock_offsets: dict[str, float] = field(default_factory=dict)
@@ -78,8 +89,12 @@ class Facts:
 
     def container_running(self, name: str) -> bool:
         """Whether a container with the engine's name runs on node name (by its container probe)."""
-        state = self.nodes.get(name, {}).get("container")
+        state = self.fact(name, docker.container(self.inventory.container.name))
         return bool(getattr(state, "running", False))
+
+    def fact(self, name: str, probe: Probe[T]) -> Any:
+        """One node's fact for probe: its value, a ProbeFailure, or None when not asked or unreachable."""
+        return self.nodes.get(name, NodeFacts()).get(probe)
 
     def rank_nodes(self) -> list[str]:
         """Nodes that run a rank of the profile, the serving one first: both for TP=2, one for TP=1."""
@@ -109,15 +124,27 @@ def run_checks(facts: Facts, checks: Iterable[tuple[str, CheckFunction]], only: 
     return [finding for finding in findings if selected(finding.check, only)]
 
 
-def per_node(facts: Facts, key: str | None = None) -> Iterable[tuple[str, Any]]:
-    """(node, fact) for each reachable node: a node's facts, or its fact named key.
+def judge(inventory: Inventory, nodes: Mapping[str, NodeFacts], checks: Iterable[tuple[str, CheckFunction]],
+          only: Iterable[str], unreachable: Mapping[str, str] | None = None) -> list[Finding]:
+    """The findings of checks over facts gathered elsewhere (setup-network), limited to the ids in only."""
+    facts = Facts(inventory, inventory.server.profile, dict(nodes), dict(unreachable or {}))
+    return run_checks(facts, checks, set(only))
+
+
+def per_node(facts: Facts, probe: Probe[Any]) -> Iterable[tuple[str, Any]]:
+    """(node, fact of probe) for each reachable node.
 
     Unreachable nodes are left out: reach.ssh FAILs for them, and a check adds its own SKIP rows
     with unreachable_skips where a missing row would mislead."""
+    for name, node_facts in reachable_nodes(facts):
+        yield name, node_facts.get(probe)
+
+
+def reachable_nodes(facts: Facts) -> Iterable[tuple[str, NodeFacts]]:
+    """(node, its facts) for each reachable node."""
     for name in facts.nodes:
-        if name in facts.unreachable:
-            continue
-        yield name, (facts.nodes[name].get(key) if key else facts.nodes[name])
+        if name not in facts.unreachable:
+            yield name, facts.nodes[name]
 
 
 def unreachable_skips(facts: Facts, check: str) -> list[Finding]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkpair.checks import CheckFunction, engine, links, node, selected
+from sparkpair.checks import CheckFunction, engine, links, node, roce, selected
 
 CHECKS: list[tuple[str, CheckFunction]] = [
     ("inventory", node.check_inventory),
@@ -10,6 +10,7 @@ CHECKS: list[tuple[str, CheckFunction]] = [
     ("platform", node.check_platform),
     ("links", links.check_links),
     ("links", links.check_pair_links),
+    ("links", roce.check_roce),
     ("path", links.check_path),
     ("trust", links.check_trust),
     ("docker", engine.check_docker),
@@ -23,7 +24,7 @@ CHECKS: list[tuple[str, CheckFunction]] = [
 # A FAIL in any of these stops `sparkpair launch` before it touches a node. Left out: findings
 # launch itself resolves (missing or unsynced models, a stale container of its own).
 LAUNCH_CRITICAL = ("reach", "platform.gpu", "links.present", "links.carrier", "links.address", "links.mtu",
-                   "links.mtu-match", "links.crossed", "path", "trust", "docker.daemon", "docker.group",
+                   "links.mtu-match", "links.crossed", "links.roce", "path", "trust", "docker.daemon", "docker.group",
                    "docker.image", "docker.image-match", "ports", "models.writable", "models.disk", "memory")
 
 

@@ -6,40 +6,21 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sparkpair import probes, recipe
-from sparkpair.checks import Facts
+from sparkpair import probes
+from sparkpair.checks import Facts, engine, links
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory, Node
-from sparkpair.probes import Probe, docker, host, models, net
-from sparkpair.transport import NodeConnection, Pair, Shell
+from sparkpair.probes import NodeFacts, Probe, host
+from sparkpair.transport import NodeConnection, Pair
 
 
-def _parse_yes(text: str) -> bool:
-    return text.strip() == "yes"
-
-
-TOKEN_ON_NODE = Probe("token_on_node", Shell(f'test -s "$HOME/{recipe.NODE_SECRETS_DIR}/hf_token" && echo yes || echo no'),
-                      _parse_yes)
-
-
-def node_probes(inventory: Inventory, node: Node, profile: str) -> list[Probe[Any]]:
-    """Every probe doctor runs on one node (one round trip)."""
-    peer = inventory.peer_of(node)
-    cache = inventory.container.hf_cache
-    batch: list[Probe[Any]] = [
-        host.IDENTITY, host.SUDO, host.DGX_RELEASE, host.GPUS, host.MEMINFO, host.LISTENERS,
-        net.INTERFACES, net.NETPLAN_FILES, net.RDMA_DEVICES,
-        net.crossing({n: str(peer.links[n].ip) for n in node.links}),
-        docker.DOCKER_INFO, docker.image_id(inventory.container.image), docker.container(inventory.container.name),
-        models.cache_access(cache), host.free_bytes(cache),
-        TOKEN_ON_NODE,
-    ]
-    for name in node.links:
-        target = str(peer.links[name].ip)
-        batch += [net.ethtool(name), net.ping(name, target), net.ping(name, target, inventory.cluster.mtu - 28),
-                  net.ssh_batch(target)]
-    batch += [models.manifest(cache, repo) for repo in inventory.profile(profile).repos]
-    return batch
+def node_probes(inventory: Inventory, node: Node, profile: str,
+                verify_budget: float = engine.VERIFY_BUDGET_S) -> list[Probe[Any]]:
+    """Every probe doctor runs on one node (one round trip): what each check module judges; model files
+    are hashed for at most verify_budget seconds."""
+    return [host.IDENTITY, host.SUDO, host.DGX_RELEASE, host.GPUS, host.MEMINFO,
+            *links.link_probes(inventory, node), *links.trust_probes(inventory, node),
+            *engine.engine_probes(inventory, profile, verify_budget)]
 
 
 def clock_offset(connection: NodeConnection) -> float:
@@ -54,21 +35,23 @@ def collect(pair: Pair, inventory: Inventory, profile: str, timeout: float) -> F
     """Facts from both nodes in parallel; an unreachable node is recorded, not raised."""
     facts = Facts(inventory, profile)
 
-    def gather(connection: NodeConnection) -> tuple[dict[str, Any], float]:
+    def gather(connection: NodeConnection) -> tuple[NodeFacts, float]:
         connection.connect()
         with ThreadPoolExecutor(1) as pool:  # the clock's round trip rides beside the probe round
             clock = pool.submit(clock_offset, connection)
-            gathered = probes.gather(connection, node_probes(inventory, connection.node, profile), timeout=timeout)
+            budget = min(engine.VERIFY_BUDGET_S, timeout / 3)  # hashing must leave the round trip time to finish
+            gathered = probes.gather(connection, node_probes(inventory, inventory.node(connection.name), profile,
+                                                             budget), timeout=timeout)
             return gathered, clock.result()
 
-    for name, result in pair.each(gather).items():
-        if isinstance(result, SparkpairError):
-            facts.unreachable[name] = result.message
-            facts.connect_hints[name] = result.hint
-            facts.nodes[name] = {}
-        elif isinstance(result, BaseException):
-            facts.unreachable[name] = f"{type(result).__name__}: {result}"
-            facts.nodes[name] = {}
-        else:
-            facts.nodes[name], facts.clock_offsets[name] = result
+    result = pair.each(gather)
+    for name in result:
+        error = result.failed.get(name)
+        if error is None:
+            facts.nodes[name], facts.clock_offsets[name] = result[name]
+            continue
+        facts.nodes[name] = NodeFacts()
+        facts.unreachable[name] = error.message if isinstance(error, SparkpairError) else \
+            f"{type(error).__name__}: {error}"
+        facts.connect_hints[name] = error.hint if isinstance(error, SparkpairError) else ""
     return facts

@@ -12,15 +12,23 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkpair.checks import CheckFunction, Facts, Finding, fail, ok, skip, warn
-from sparkpair.probes import ProbeFailure
+from sparkpair.checks import CheckFunction, Facts, Finding, fail, ok, roce, skip, warn
+from sparkpair.checks.nccltests import IB, SOCKET, NcclRun, parse_nccl_run
+from sparkpair.probes import host
 
 MARK = "SPARKPAIR-DEEP"            # the probe program's stage lines (sparkpair/data/mpi_probe.py)
 SUFFIX = "-doctor"                 # the short-lived containers' name: the engine's plus this
-NCCL_FLOOR_GBS = 21.875            # NVIDIA's cluster script warns below this all_gather bus bandwidth
-NCCL_ARGS = ("-b", "1G", "-e", "1G", "-f", "2")   # 1 GiB compares with the floor without 16 GiB of memory
+# all_gather_perf of 1 GiB, as a real GB10 pair was measured (tests/fixtures/rdma/all_gather_perf__1:
+# both RoCE twins, busbw 19.73/20.80 GB/s at 1 GiB, 21.40 averaged over 1-4 GiB; after re-cabling
+# without a reboot the same pair gave 2.82). One GiB keeps a degraded run inside --timeout.
+NCCL_ARGS = ("-b", "1G", "-e", "1G", "-f", "2", "-g", "1")
+NCCL_DEBUG = ("NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,NET")   # what NCCL chose, in its own words
+HEALTHY_BUSBW_GBS = 20.3           # a healthy GB10 pair at 1 GiB (21.4 over 1-4 GiB)
+WARN_BELOW_GBS = 18.0              # below the healthy band: look at the link (MTU, speed)
+FAIL_BELOW_GBS = 15.0              # far below: sockets, one twin (about half), or a degraded link
 BANDWIDTH_FLOOR_MBS = 250.0        # about 2 Gb/s: slower is a 1 GbE or Wi-Fi path, not a QSFP twin
 LATENCY_CEILING_US = 50_000.0      # 50 ms: a broken or wireless path (a loaded veth pair shows ms)
+MPIRUN_WARNING = re.compile(r"^\[[^\]\s]+:\d+\] Warning: ")   # e.g. a -x variable the container does not set
 TELLING = re.compile(r"denied|refused|fail|error|unable|timed out|no route|not found|cannot|could not|"
                      r"verification", re.IGNORECASE)
 
@@ -57,12 +65,6 @@ def parse_stages(text: str) -> dict[str, Any]:
     return stages
 
 
-def parse_bus_bandwidth(text: str) -> float | None:
-    """nccl-tests' summary line `# Avg bus bandwidth    : 23.4567` in GB/s; None when absent."""
-    match = re.search(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.]+)", text, re.MULTILINE)
-    return float(match.group(1)) if match else None
-
-
 def telling(text: str, lines: int = 3) -> str:
     """The telling lines of mpirun's output (errors first, else the last lines), for a FAIL's detail."""
     kept = [" ".join(line.split()) for line in text.splitlines()
@@ -88,12 +90,12 @@ def _not_run(check: str, run: DeepRun) -> Finding | None:
     return None
 
 
-def _hostnames(facts: Facts) -> dict[str, str]:
+def hostnames(facts: Facts) -> dict[str, str]:
     """Node name -> the hostname its rank should report (the identity probe's, else the node name)."""
     names = {}
-    for name, node in facts.nodes.items():
-        identity = node.get("identity")
-        names[name] = name if identity is None or isinstance(identity, ProbeFailure) else identity.hostname
+    for name, node_facts in facts.nodes.items():
+        identity = node_facts.value(host.IDENTITY)
+        names[name] = name if identity is None else identity.hostname
     return names
 
 
@@ -108,7 +110,7 @@ def check_mpi(facts: Facts, run: DeepRun) -> list[Finding]:
     if hosts is None:
         return [fail("deep.mpi", "pair", f"no rank answered: {_why(run)}"), *findings]
     answered = [rank["host"] for rank in sorted(hosts, key=lambda r: r["rank"])]
-    missing = [name for name, host in _hostnames(facts).items() if host not in answered]
+    missing = [name for name, host in hostnames(facts).items() if host not in answered]
     if missing:
         return [fail("deep.mpi", "pair", f"only {', '.join(answered)} answered; no rank on {', '.join(missing)}"),
                 *findings]
@@ -175,18 +177,78 @@ def check_bandwidth(facts: Facts, run: DeepRun) -> list[Finding]:
 
 
 def check_nccl(facts: Facts, run: DeepRun) -> list[Finding]:
-    """Proves NCCL all_gather between the ranks reaches NVIDIA's 21.875 GB/s bus-bandwidth floor."""
+    """Proves NCCL moves all_gather traffic over RoCE on both twins of both nodes at the bus bandwidth of a
+    healthy GB10 pair, judged from all_gather_perf's table and NCCL's own INFO lines."""
     if (row := _not_run("deep.nccl", run)) is not None:
         return [row]
     if run.nccl_skip:
         return [skip("deep.nccl", "pair", run.nccl_skip)]
-    bandwidth = parse_bus_bandwidth(run.nccl)
-    if bandwidth is None:
-        return [fail("deep.nccl", "pair", f"all_gather_perf gave no bus bandwidth: {telling(run.nccl)}")]
-    detail = f"all_gather_perf {' '.join(NCCL_ARGS)}: avg bus bandwidth {bandwidth:g} GB/s"
-    if bandwidth < NCCL_FLOOR_GBS:
-        return [warn("deep.nccl", "pair", f"{detail}, under NVIDIA's {NCCL_FLOOR_GBS} GB/s floor")]
-    return [ok("deep.nccl", "pair", f"{detail} (floor {NCCL_FLOOR_GBS} GB/s)")]
+    expected = {name: fabric.hcas for name, fabric in roce.pair_fabric(facts).items() if fabric}
+    return [judge_nccl(parse_nccl_run(run.nccl), expected, hostnames(facts), run.nccl)]
+
+
+def judge_nccl(parsed: NcclRun, expected: dict[str, tuple[str, ...]], hostnames: dict[str, str],
+               text: str = "") -> Finding:
+    """The verdict on one all_gather_perf run: the transport NCCL chose on each node (IB/RoCE or Socket),
+    the RDMA devices it used (both twins or one) and the average bus bandwidth against a healthy GB10 pair.
+
+    expected: node -> the RDMA devices of its twins (NCCL_IB_HCA); hostnames: node -> its hostname."""
+    node_of = {hostname: name for name, hostname in hostnames.items()}
+    hosts = {node_of.get(host, host) or "a rank": net for host, net in parsed.hosts.items()}
+    if parsed.bus_bandwidth is None:
+        warnings = [w for net in parsed.hosts.values() for w in net.warnings]
+        cause = f" (NCCL WARN: {warnings[0]})" if warnings else ""
+        own = "\n".join(line for line in text.splitlines() if not MPIRUN_WARNING.match(line))
+        return fail("deep.nccl", "pair", f"all_gather_perf gave no bus bandwidth{cause}: {telling(own)}",
+                    _gid_fix() if any("ibv_modify_qp" in w for w in warnings) else "")
+    figure = (f"all_gather_perf {' '.join(NCCL_ARGS[:4])}: avg bus bandwidth {parsed.bus_bandwidth:g} GB/s "
+              f"(a healthy GB10 pair: about {HEALTHY_BUSBW_GBS:g})")
+    used = "; ".join(f"{name} {net.transport or 'unknown'}"
+                     f"{' ' + '+'.join(net.ib_devices or net.socket_interfaces) if net.transport else ''}"
+                     for name, net in sorted(hosts.items())) or "NCCL's INFO lines missing: transport not shown"
+    sockets = sorted(name for name, net in hosts.items() if net.transport == SOCKET)
+    if sockets:
+        return fail("deep.nccl", "pair", f"NCCL fell back to TCP sockets on {', '.join(sockets)} "
+                                         f"(Using network Socket), not RoCE: {used}; {figure}",
+                    _socket_fix(list(hosts.values())))
+    short = {name: net.ib_devices for name, net in hosts.items()
+             if net.transport == IB and name in expected and len(net.ib_devices) < len(expected[name])}
+    if short:
+        shown = "; ".join(f"{name} used {'+'.join(devices) or 'none'} of {'+'.join(expected[name])}"
+                          for name, devices in sorted(short.items()))
+        return fail("deep.nccl", "pair", f"NCCL runs on one twin only ({shown}): about half the bandwidth; "
+                                         f"{figure}",
+                    "the other twin's RoCE port is down, has no RoCE v2 GID for its address, or NCCL_IB_HCA lists "
+                    "one device: sparkpair doctor --only links (links.carrier, links.rdma, links.roce on both twins)")
+    detail = f"{used}; {figure}"
+    if parsed.bus_bandwidth < FAIL_BELOW_GBS:
+        return fail("deep.nccl", "pair", f"far below a healthy pair: {detail}", _slow_fix())
+    if parsed.bus_bandwidth < WARN_BELOW_GBS:
+        return warn("deep.nccl", "pair", f"below a healthy pair: {detail}", _slow_fix())
+    return ok("deep.nccl", "pair", detail)
+
+
+def _socket_fix(nets: list[Any]) -> str:
+    if any(net.ib_disabled for net in nets):
+        return "NCCL_IB_DISABLE is set in the ranks' environment: remove it from container.env in the inventory"
+    hca = next((net.ib_hca for net in nets if net.ib_hca), "")
+    if any(net.ib_not_found for net in nets):
+        return ("NCCL found no usable RDMA device in the container (NET/IB : No device found): the RDMA driver is "
+                "not loaded, /dev/infiniband is not passed to the container (sparkpair passes it when the node has "
+                f"it), or NCCL_IB_HCA{f' ({hca})' if hca else ''} names none of the node's devices: "
+                "sparkpair doctor --only links.rdma,links.roce; ibv_devinfo inside the engine container")
+    return "sparkpair doctor --only links.rdma,links.roce; then run the test by hand with NCCL_DEBUG=INFO"
+
+
+def _slow_fix() -> str:
+    return ("sparkpair doctor --only links (links.roce: active_mtu 1024 costs bandwidth; links.speed: a link below "
+            "200 Gb/s); if the links are clean and a QSFP cable was moved since the last boot, reboot both Sparks "
+            "(ConnectX-7 stays degraded after re-cabling: 2.82 GB/s until a reboot)")
+
+
+def _gid_fix() -> str:
+    return ("a RoCE GID the peer cannot reach: sparkpair doctor --only links.roce (the IPv4 RoCE v2 GID of each "
+            "node; sparkpair sets NCCL_IB_GID_INDEX per node)")
 
 
 DEEP_CHECKS = (("deep.mpi", check_mpi), ("deep.allreduce", check_allreduce), ("deep.token", check_token),

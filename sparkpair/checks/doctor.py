@@ -2,26 +2,36 @@
 
 from __future__ import annotations
 
-from sparkpair import hftoken
-from sparkpair.checks import Finding, run_checks, selected
+from sparkpair.checks import Facts, Finding, run_checks, selected
 from sparkpair.checks.catalog import CHECKS
 from sparkpair.checks.collect import collect
-from sparkpair.inventory import Inventory
+from sparkpair.inventory import Inventory, hftoken
 from sparkpair.transport import Pair
 
 
 def doctor(pair: Pair, inventory: Inventory, profile: str, only: set[str] | None = None,
-           timeout: float = 60.0, deep: bool = False, serving_node: str = "") -> list[Finding]:
+           timeout: float = 60.0, deep: bool = False, serving_node: str = "",
+           nccl_tests: str | None = None) -> list[Finding]:
     """All findings for the pair and profile; with deep, also the MPI jobs (docs/runbooks.md#deep).
 
-    serving_node: where the endpoint will listen when it is not the head (a TP=1 launch's --node)."""
+    serving_node: where the endpoint will listen when it is not the head (a TP=1 launch's --node);
+    nccl_tests: an all_gather_perf (or its build directory) on the nodes, when the image has none."""
+    return examine(pair, inventory, profile, only, timeout, deep, serving_node, nccl_tests)[1]
+
+
+def examine(pair: Pair, inventory: Inventory, profile: str, only: set[str] | None = None, timeout: float = 60.0,
+            deep: bool = False, serving_node: str = "", nccl_tests: str | None = None) -> tuple[Facts, list[Finding]]:
+    """doctor, also returning the facts it judged (launch derives each node's NCCL settings from them)."""
     facts = collect(pair, inventory, profile, timeout)
     facts.operator_token = hftoken.find_token() is not None
     facts.serving_node = serving_node
     checks = list(CHECKS)
     if deep:
-        from sparkpair.checks import deep as deep_checks, mpijobs  # jinja2 and the Docker SDK only for --deep
+        from sparkpair.checks import (  # jinja2 only for --deep
+            deep as deep_checks,
+        )
+        from sparkpair.checks import mpijobs
 
         if any(selected(check_id, only) for check_id, _ in deep_checks.DEEP_CHECKS):
-            checks += deep_checks.deep_checks(mpijobs.run_deep(pair, facts, timeout))
-    return run_checks(facts, checks, only)
+            checks += deep_checks.deep_checks(mpijobs.run_deep(pair, facts, timeout, nccl_tests))
+    return facts, run_checks(facts, checks, only)

@@ -2,13 +2,38 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from sparkpair.checks import Facts, Finding, fail, ok, per_node, skip, unreachable_skips, warn
-from sparkpair.probes import ProbeFailure
+from sparkpair import paths
+from sparkpair.checks import Facts, Finding, fail, ok, per_node, reachable_nodes, skip, unreachable_skips, warn
+from sparkpair.inventory import Inventory
+from sparkpair.probes import NodeFacts, Probe, ProbeFailure, docker, host, models
 
 GIB = 1024 ** 3
 MIN_FREE = GIB  # below this a full cache breaks even a launch with nothing to download
+TOKEN_ON_NODE = host.file_nonempty(f"{paths.SECRETS_DIR}/hf_token")
+VERIFY_BUDGET_S = 20.0  # doctor hashes model files for at most this long per node and run; the cache keeps the rest
+
+
+def hub_endpoint(inventory: Inventory) -> str:
+    """The hub the engine container downloads from: its HF_ENDPOINT, else huggingface.co."""
+    return inventory.container.env.get("HF_ENDPOINT", models.DEFAULT_HUB)
+
+
+def hub_probe(inventory: Inventory, repo: str) -> Probe[models.HubReach]:
+    """Whether a node reaches the hub, asked about repo (never with a token)."""
+    return models.hub(hub_endpoint(inventory), repo)
+
+
+def engine_probes(inventory: Inventory, profile: str, verify_budget: float = VERIFY_BUDGET_S) -> list[Probe[Any]]:
+    """The probes these checks judge, on one node."""
+    cache = inventory.container.hf_cache
+    repos = inventory.profile(profile).repos
+    return [host.LISTENERS, docker.DOCKER_INFO, docker.image_id(inventory.container.image),
+            docker.container(inventory.container.name), models.cache_access(cache), host.free_bytes(cache),
+            TOKEN_ON_NODE, *(models.manifest(cache, repo) for repo in repos),
+            models.content(cache, tuple(repos), verify_budget), hub_probe(inventory, repos[0])]
 
 
 def check_docker(facts: Facts) -> Iterable[Finding]:
@@ -17,8 +42,8 @@ def check_docker(facts: Facts) -> Iterable[Finding]:
     image = facts.inventory.container.image
     for check in ("docker.daemon", "docker.image"):
         yield from unreachable_skips(facts, check)
-    for name, node_facts in per_node(facts):
-        identity, info = node_facts.get("identity"), node_facts.get("docker_info")
+    for name, node_facts in reachable_nodes(facts):
+        identity, info = node_facts.get(host.IDENTITY), node_facts.get(docker.DOCKER_INFO)
         in_group = not isinstance(identity, ProbeFailure) and identity is not None and "docker" in identity.groups
         yield (ok("docker.group", name, f"{user} is in group docker") if in_group else
                fail("docker.group", name, f"{user} is not in group docker",
@@ -35,15 +60,17 @@ def check_docker(facts: Facts) -> Iterable[Finding]:
         yield (ok("docker.nvidia-runtime", name, "runtime nvidia registered") if "nvidia" in info.runtimes else
                fail("docker.nvidia-runtime", name, f"no nvidia runtime (runtimes: {', '.join(sorted(info.runtimes))})",
                     "sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker"))
-        image_id = node_facts.get("image_id")
+        image_id = node_facts.get(docker.image_id(image))
         yield (ok("docker.image", name, f"{image} {image_id[:19]}") if isinstance(image_id, str) else
                fail("docker.image", name, f"{image} is not on this node", f"docker pull {image} (on {name})"))
     yield from _image_match(facts)
 
 
 def _image_match(facts: Facts) -> Iterable[Finding]:
-    ids = {name: f.get("image_id") for name, f in facts.nodes.items() if name not in facts.unreachable}
-    if len(ids) < 2 or not all(isinstance(i, str) for i in ids.values()):
+    probe = docker.image_id(facts.inventory.container.image)
+    found: dict[str, object] = {name: node_facts.get(probe) for name, node_facts in reachable_nodes(facts)}
+    ids = {name: value for name, value in found.items() if isinstance(value, str)}
+    if len(found) < 2 or len(ids) < len(found):
         yield skip("docker.image-match", "pair", "needs the image on both nodes")
         return
     detail = ", ".join(f"{name}: {image_id[:19]}" for name, image_id in ids.items())
@@ -55,7 +82,7 @@ def _image_match(facts: Facts) -> Iterable[Finding]:
 def check_container(facts: Facts) -> Iterable[Finding]:
     """Finds a container with the engine's name that would block or confuse a launch."""
     container = facts.inventory.container.name
-    for name, state in per_node(facts, "container"):
+    for name, state in per_node(facts, docker.container(container)):
         if isinstance(state, ProbeFailure):
             yield skip("docker.container", name, str(state))
         elif state is None:
@@ -76,10 +103,10 @@ def check_ports(facts: Facts) -> Iterable[Finding]:
     if inventory.container.mpi_transport == "sshd":
         for node in inventory.nodes:
             wanted.setdefault(node.name, []).append(("ports.sshd", inventory.container.sshd_port))
-    for name, node_facts in per_node(facts):
-        listeners, ours = node_facts.get("listeners"), facts.container_running(name)
+    for name, node_facts in reachable_nodes(facts):
+        listeners, ours = node_facts.get(host.LISTENERS), facts.container_running(name)
         for check, port in wanted.get(name, []):
-            holders = [] if isinstance(listeners, ProbeFailure) else [l for l in listeners or [] if l.port == port]
+            holders = [] if isinstance(listeners, ProbeFailure) else [held for held in listeners or [] if held.port == port]
             if isinstance(listeners, ProbeFailure):
                 yield skip(check, name, str(listeners))
             elif not holders:
@@ -98,18 +125,19 @@ def check_models(facts: Facts) -> Iterable[Finding]:
     profile = facts.inventory.profile(facts.profile)
     nodes = facts.rank_nodes()
     missing_anywhere = False
-    for name, node_facts in per_node(facts):
+    cache = facts.inventory.container.hf_cache
+    for name, node_facts in reachable_nodes(facts):
         if name not in nodes:
             continue
         missing_bytes = 0.0
         for repo, estimate in ((profile.target, profile.target_gib), (profile.draft, profile.draft_gib)):
             if repo is None:
                 continue
-            manifest = node_facts.get(f"model {repo}")
-            if isinstance(manifest, ProbeFailure):
+            manifest = node_facts.get(models.manifest(cache, repo))
+            if isinstance(manifest, ProbeFailure) or manifest is None:
                 yield fail("models.present", name, f"{repo}: {manifest}")
             elif manifest.complete:
-                yield ok("models.present", name, f"{repo} @ {manifest.revision[:12]}, {len(manifest.files)} files, "
+                yield ok("models.present", name, f"{repo} @ {str(manifest.revision)[:12]}, {len(manifest.files)} files, "
                                                  f"{manifest.size / GIB:.2f} GiB")
                 continue
             else:
@@ -117,14 +145,15 @@ def check_models(facts: Facts) -> Iterable[Finding]:
                 yield warn("models.present", name, f"{repo} {state}; launch downloads it", "sparkpair launch")
             missing_anywhere = True
             missing_bytes += estimate * GIB
-        yield from _cache_findings(name, node_facts, missing_bytes)
+        yield from _cache_findings(name, node_facts, cache, missing_bytes)
     yield from _model_match(facts, nodes)
+    yield from _content(facts, nodes)
     yield _token(facts, missing_anywhere)
+    yield _hub(facts, nodes, missing_anywhere)
 
 
-def _cache_findings(name: str, node_facts: dict, missing_bytes: float) -> Iterable[Finding]:
-    access = node_facts.get("cache_access")
-    free = next((value for key, value in node_facts.items() if key.startswith("free ")), None)
+def _cache_findings(name: str, node_facts: NodeFacts, cache: str, missing_bytes: float) -> Iterable[Finding]:
+    access, free = node_facts.get(models.cache_access(cache)), node_facts.get(host.free_bytes(cache))
     if isinstance(access, ProbeFailure) or access is None:
         yield fail("models.writable", name, f"cannot inspect the HF cache ({access})")
     elif not access[0] or access[1]:
@@ -151,7 +180,7 @@ def _model_match(facts: Facts, nodes: list[str]) -> Iterable[Finding]:
         return
     profile = facts.inventory.profile(facts.profile)
     for repo in profile.repos:
-        manifests = [facts.nodes.get(n, {}).get(f"model {repo}") for n in nodes]
+        manifests = [facts.fact(n, models.manifest(facts.inventory.container.hf_cache, repo)) for n in nodes]
         if any(m is None or isinstance(m, ProbeFailure) or not m.complete for m in manifests):
             yield skip("models.match", "pair", f"{repo}: not complete on both nodes yet")
             continue
@@ -161,8 +190,77 @@ def _model_match(facts: Facts, nodes: list[str]) -> Iterable[Finding]:
                  "sparkpair launch (re-syncs the worker from the head over the QSFP link)")
 
 
+def _content(facts: Facts, nodes: list[str]) -> Iterable[Finding]:
+    """models.match per node: every file's content is what its blob name says (sha256 for LFS files,
+    the git blob sha1 for the others), and every snapshot entry is a link to such a blob."""
+    profile = facts.inventory.profile(facts.profile)
+    cache = facts.inventory.container.hf_cache
+    for name, node_facts in reachable_nodes(facts):
+        found = next((value for _, value in node_facts.of_kind(models.CONTENT)), None)
+        if name not in nodes or found is None:
+            continue
+        if isinstance(found, ProbeFailure):
+            yield skip("models.match", name, f"cannot verify the model files' content: {found}")
+            continue
+        fix = "sparkpair launch (downloads it again)" if name == nodes[0] else \
+            f"sparkpair launch (copies it again from {nodes[0]})"
+        clean = []
+        for repo in profile.repos:
+            content, manifest = found.of(repo), node_facts.value(models.manifest(cache, repo))
+            files = manifest.files if isinstance(manifest, models.RepoManifest) else {}
+            for blob, reason in sorted(content.bad.items()):
+                for path in sorted(path for path, target in files.items() if target == blob) or [f"blob {blob}"]:
+                    yield fail("models.match", name, f"{repo}: {path} is corrupt on {name} ({reason}; its blob "
+                                                     f"{blob[:12]}... must hash to its own name)", fix)
+            for path, problem in content.links:
+                if problem == "not a link to a blob":
+                    yield fail("models.match", name, f"{repo}: snapshots/{path} is {problem} on {name}", fix)
+            if content.unverified:
+                yield warn("models.match", name, f"{repo}: {len(content.unverified)} of {content.blobs} files not "
+                                                 f"verified yet (doctor hashes for at most {VERIFY_BUDGET_S:.0f} s "
+                                                 "per run; its node cache keeps what it verified)",
+                           "sparkpair launch (verifies every file), or run doctor again")
+            if content.verified:
+                clean.append(f"{repo.split('/')[-1]} ({content.blobs} files)")
+        if clean and len(clean) == len(profile.repos):
+            hashed = f"{found.hashed_bytes / GIB:.2f} GiB hashed now" if found.hashed_bytes else "all vouched for by " \
+                "the node's cache of verified files"
+            yield ok("models.match", name, f"content verified: {', '.join(clean)}; {hashed}")
+
+
+def hub_verdict(inventory: Inventory, reach: Mapping[str, object]) -> tuple[bool, str]:
+    """Whether every rank node reaches the hub (so `--split-download` can fetch half on each), and why not."""
+    endpoint = hub_endpoint(inventory)
+    missing = [f"{name}: {value.detail if isinstance(value, models.HubReach) else value}"
+               for name, value in reach.items() if not (isinstance(value, models.HubReach) and value.reachable)]
+    if missing:
+        return False, f"{endpoint} not reached from {'; '.join(missing)}"
+    return True, f"{endpoint} answers both nodes"
+
+
+def _hub(facts: Facts, nodes: list[str], needed: bool) -> Finding:
+    """models.hub: whether the rank nodes reach the hub (one unauthenticated request each, no token)."""
+    probe = hub_probe(facts.inventory, facts.inventory.profile(facts.profile).repos[0])
+    reach = {name: facts.fact(name, probe) for name in nodes if name not in facts.unreachable}
+    if any(value is None for value in reach.values()) or not reach:
+        return skip("models.hub", "pair", "not asked")
+    both, detail = hub_verdict(facts.inventory, reach)
+    if both and len(nodes) > 1:
+        return ok("models.hub", "pair", f"{detail}: `launch --split-download` can fetch half the files on each")
+    if both:
+        return ok("models.hub", "pair", detail)
+    head = reach.get(nodes[0])
+    if isinstance(head, models.HubReach) and head.reachable:
+        return ok("models.hub", "pair", f"{detail}: the head downloads alone (no --split-download)")
+    if needed:
+        return warn("models.hub", nodes[0], f"{detail}, and a model must be downloaded",
+                    f"check DNS, proxy and firewall on {nodes[0]}, or stage the models and launch with "
+                    "--model-source local:PATH")
+    return ok("models.hub", "pair", f"nothing to download ({detail})")
+
+
 def _token(facts: Facts, needed: bool) -> Finding:
-    on_nodes = any(f.get("token_on_node") is True for f in facts.nodes.values())
+    on_nodes = any(node_facts.get(TOKEN_ON_NODE) is True for node_facts in facts.nodes.values())
     if not needed:
         return ok("models.token", "pair", "nothing to download")
     if facts.operator_token or on_nodes:

@@ -1,18 +1,29 @@
-"""Checks of the QSFP link: twins, carrier, speed, addressing, MTU, RoCE, cabling, path and trust."""
+"""Checks of the QSFP link: twins, carrier, speed, addressing, MTU, RoCE, cabling, path and trust.
+
+The probes these checks judge are built here (`link_probes`, `trust_probes`): doctor gathers them,
+and so does setup-network's verification, which runs these same checks over what it gathered.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import yaml
 
-from sparkpair.checks import Facts, Finding, fail, ok, per_node, skip, unreachable_skips, warn
+from sparkpair.checks import SETUP_NETWORK, Facts, Finding, fail, ok, reachable_nodes, skip, unreachable_skips, warn
+from sparkpair.checks.roce import roce_probes
 from sparkpair.errors import last_line
-from sparkpair.probes import ProbeFailure
+from sparkpair.inventory import Inventory, Node
+from sparkpair.probes import NodeFacts, Probe, ProbeFailure, net, rdma
 from sparkpair.probes.net import PingResult
 
 SPEED = 200000
 SETUP = "sparkpair setup-network"
+# What setup-network verifies after an apply (and what makes its planner re-apply when they fail).
+VERIFIED = ("links.present", "links.carrier", "links.address", "links.mtu", "links.mtu-match", "links.crossed",
+            "path.ping", "path.mtu")
+LIVE_STATE = ("links.carrier", "links.address", "links.mtu")
 
 
 def setup(what: str) -> str:
@@ -20,50 +31,85 @@ def setup(what: str) -> str:
     return f"{SETUP} ({what})"
 
 
-def _interfaces(facts: Facts, name: str) -> dict:
-    value = facts.nodes[name].get("interfaces")
+def peer_address(inventory: Inventory, node: Node, twin: str) -> str:
+    """The peer's address on its twin of the same name: where node's twin should reach."""
+    return str(inventory.peer_of(node).links[twin].ip)
+
+
+def ping_probe(inventory: Inventory, node: Node, twin: str, full_mtu: bool = False) -> Probe[PingResult]:
+    """A ping from node's twin to the peer's twin; with full_mtu, one of MTU size with don't-fragment."""
+    return net.ping(twin, peer_address(inventory, node, twin), inventory.cluster.mtu - 28 if full_mtu else None)
+
+
+def crossing_probe(inventory: Inventory, node: Node) -> Probe[dict[tuple[str, str], str]]:
+    """Which peer MAC answers behind each of node's twins."""
+    return net.crossing({twin: peer_address(inventory, node, twin) for twin in node.links})
+
+
+def trust_probes(inventory: Inventory, node: Node) -> list[Probe[str]]:
+    """ssh -o BatchMode=yes from node to every QSFP address of its peer."""
+    return [net.ssh_batch(str(address.ip)) for address in inventory.peer_of(node).links.values()]
+
+
+def link_probes(inventory: Inventory, node: Node, verify_only: bool = False) -> list[Probe[Any]]:
+    """Everything the link checks judge on node; with verify_only, what the VERIFIED checks need."""
+    probes: list[Probe[Any]] = [net.INTERFACES, crossing_probe(inventory, node)]
+    probes += [ping_probe(inventory, node, twin, full) for twin in node.links for full in (False, True)]
+    if not verify_only:
+        probes += [net.NETPLAN_FILES, *roce_probes(), *(net.ethtool(twin) for twin in node.links)]
+    return probes
+
+
+def _interfaces(facts: Facts, name: str) -> dict[str, net.Interface]:
+    value = facts.fact(name, net.INTERFACES)
     return {} if isinstance(value, ProbeFailure) or value is None else value
 
 
 def check_links(facts: Facts) -> Iterable[Finding]:
     """Proves each twin exists, has carrier at 200 Gb/s, the inventory address and MTU, set persistently."""
-    mtu = facts.inventory.cluster.mtu
     for check in ("links.present", "links.carrier", "links.speed", "links.address", "links.mtu", "links.persistent"):
         yield from unreachable_skips(facts, check)
-    for name, node_facts in per_node(facts):
+    for name, node_facts in reachable_nodes(facts):
         node = facts.inventory.node(name)
         interfaces = _interfaces(facts, name)
         for twin, address in node.links.items():
-            where = f"{twin}"
             interface = interfaces.get(twin)
             if interface is None:
                 yield fail("links.present", name, f"{twin} does not exist", "fix nodes[].links or check `ip link`")
                 continue
-            yield ok("links.present", name, where)
-            if interface.carrier:
-                yield ok("links.carrier", name, f"{twin} has carrier")
-            else:
-                state = "admin down" if not interface.admin_up else "no carrier"
-                fix = setup(f"brings {twin} up on {name}") if not interface.admin_up else f"reseat the QSFP cable of {twin} on {name} (same port on both Sparks)"
-                yield fail("links.carrier", name, f"{twin}: {state}", fix)
-            yield _speed(name, twin, node_facts.get(f"ethtool {twin}"), interface.carrier)
-            if str(address) in interface.ipv4:
-                others = [a for a in interface.ipv4 if a != str(address)]
-                yield (warn("links.address", name, f"{twin} has {address} and also {', '.join(others)}",
-                                setup(f"leaves only {address} on {twin} of {name}"))
-                       if others else ok("links.address", name, f"{twin} {address}"))
-            else:
-                yield fail("links.address", name, f"{twin} has {', '.join(interface.ipv4) or 'no address'}, "
-                                                  f"inventory says {address}",
-                                setup(f"gives {twin} of {name} {address}"))
-            yield (ok("links.mtu", name, f"{twin} mtu {interface.mtu}") if interface.mtu == mtu else
-                   fail("links.mtu", name, f"{twin} mtu {interface.mtu}, inventory says {mtu}",
-                        setup(f"sets {twin} of {name} to mtu {mtu}")))
-            yield _persistence(name, twin, str(address), interface, node_facts.get("netplan_files"))
+            yield ok("links.present", name, twin)
+            yield from _twin(facts, name, node_facts, twin, str(address), interface)
+
+
+def _twin(facts: Facts, name: str, node_facts: NodeFacts, twin: str, address: str,
+          interface: net.Interface) -> Iterable[Finding]:
+    """carrier, speed, address, MTU and persistence of one twin that exists."""
+    mtu = facts.inventory.cluster.mtu
+    if interface.carrier:
+        yield ok("links.carrier", name, f"{twin} has carrier")
+    elif not interface.admin_up:
+        yield fail("links.carrier", name, f"{twin}: admin down", setup(f"brings {twin} up on {name}"), SETUP_NETWORK)
+    else:
+        yield fail("links.carrier", name, f"{twin}: no carrier",
+                   f"reseat the QSFP cable of {twin} on {name} (same port on both Sparks)")
+    yield _speed(name, twin, node_facts.get(net.ethtool(twin)), interface.carrier)
+    if address in interface.ipv4:
+        others = [a for a in interface.ipv4 if a != address]
+        yield (warn("links.address", name, f"{twin} has {address} and also {', '.join(others)}",
+                    setup(f"leaves only {address} on {twin} of {name}"), SETUP_NETWORK)
+               if others else ok("links.address", name, f"{twin} {address}"))
+    else:
+        yield fail("links.address", name, f"{twin} has {', '.join(interface.ipv4) or 'no address'}, "
+                                          f"inventory says {address}", setup(f"gives {twin} of {name} {address}"),
+                   SETUP_NETWORK)
+    yield (ok("links.mtu", name, f"{twin} mtu {interface.mtu}") if interface.mtu == mtu else
+           fail("links.mtu", name, f"{twin} mtu {interface.mtu}, inventory says {mtu}",
+                setup(f"sets {twin} of {name} to mtu {mtu}"), SETUP_NETWORK))
+    yield _persistence(name, twin, address, interface, node_facts.get(net.NETPLAN_FILES))
 
 
 def _speed(name: str, twin: str, ethtool: object, carrier: bool) -> Finding:
-    if isinstance(ethtool, ProbeFailure) or ethtool is None:
+    if not isinstance(ethtool, net.Ethtool):
         return warn("links.speed", name, f"{twin}: ethtool unavailable ({ethtool})", "sudo apt install ethtool")
     if not carrier:
         return skip("links.speed", name, f"{twin}: no carrier")
@@ -73,19 +119,19 @@ def _speed(name: str, twin: str, ethtool: object, carrier: bool) -> Finding:
                 "use a 200G QSFP56 cable, cabled to the same port on both Sparks")
 
 
-def _persistence(name: str, twin: str, address: str, interface: object, netplan_files: object) -> Finding:
-    if address not in interface.ipv4:  # type: ignore[attr-defined]
+def _persistence(name: str, twin: str, address: str, interface: net.Interface, netplan_files: object) -> Finding:
+    if address not in interface.ipv4:
         return skip("links.persistent", name, f"{twin}: address not set")
-    if any(a.dynamic for a in interface.addresses if str(a) == address):  # type: ignore[attr-defined]
+    if any(a.dynamic for a in interface.addresses if str(a) == address):
         return warn("links.persistent", name, f"{twin} {address} is a DHCP lease",
-                    setup(f"writes {twin} of {name} into /etc/netplan"))
-    if isinstance(netplan_files, ProbeFailure) or netplan_files is None:
+                    setup(f"writes {twin} of {name} into /etc/netplan"), SETUP_NETWORK)
+    if not isinstance(netplan_files, dict):
         return skip("links.persistent", name, f"cannot read /etc/netplan ({netplan_files})")
     owners = [path for path, f in netplan_files.items() if address in _netplan_addresses(f.content, twin)]
     if owners:
         return ok("links.persistent", name, f"{twin} {address} from {owners[0]}")
     return warn("links.persistent", name, f"{twin} {address} is not in any netplan file: lost at reboot",
-                setup(f"writes {twin} of {name} into /etc/netplan"))
+                setup(f"writes {twin} of {name} into /etc/netplan"), SETUP_NETWORK)
 
 
 def _netplan_addresses(content: str, twin: str) -> list[str]:
@@ -99,17 +145,20 @@ def _netplan_addresses(content: str, twin: str) -> list[str]:
 
 def check_pair_links(facts: Facts) -> Iterable[Finding]:
     """Proves equal MTU on both ends, RoCE devices Up, and cables not crossed between twins."""
-    for name, devices in per_node(facts, "rdma_devices"):
-        node = facts.inventory.node(name)
-        for twin in node.links:
-            if isinstance(devices, ProbeFailure):
+    for name, node_facts in reachable_nodes(facts):
+        if rdma.DEVICES not in node_facts:
+            continue
+        devices = node_facts.get(rdma.DEVICES)
+        for twin in facts.inventory.node(name).links:
+            if not isinstance(devices, dict):
                 yield warn("links.rdma", name, f"ibdev2netdev failed ({devices})", "install rdma-core / DOCA-OFED")
             elif twin not in devices:
                 yield fail("links.rdma", name, f"{twin} has no RoCE device")
             else:
-                rdma, up = devices[twin]
-                yield (ok("links.rdma", name, f"{rdma} ==> {twin} (Up)") if up else
-                       fail("links.rdma", name, f"{rdma} ==> {twin} (Down)", f"check the cable of {twin} on {name}"))
+                link = devices[twin]
+                yield (ok("links.rdma", name, f"{link.device} port {link.port} ==> {twin} (Up)") if link.up else
+                       fail("links.rdma", name, f"{link.device} port {link.port} ==> {twin} (Down)",
+                            f"check the cable of {twin} on {name}"))
     if len(facts.reachable()) < 2:
         yield skip("links.mtu-match", "pair", "needs both nodes")
         yield skip("links.crossed", "pair", "needs both nodes")
@@ -130,18 +179,17 @@ def _mtu_match(facts: Facts) -> Iterable[Finding]:
             mtu = facts.inventory.cluster.mtu
             off = " and ".join(n for n, i in ((head.name, a), (worker.name, b)) if i.mtu != mtu) or "both nodes"
             yield fail("links.mtu-match", "pair", f"{twin} mtu {a.mtu} on {head.name}, {b.mtu} on {worker.name}",
-                       setup(f"sets {twin} of {off} to mtu {mtu}"))
+                       setup(f"sets {twin} of {off} to mtu {mtu}"), SETUP_NETWORK)
 
 
 def _crossing(facts: Facts) -> Iterable[Finding]:
     """Each twin's neighbour answering for the peer twin's address must be that same twin."""
     for node in facts.inventory.nodes:
         peer = facts.inventory.peer_of(node)
-        neighbors = facts.nodes[node.name].get("neighbors")
+        neighbors = facts.fact(node.name, crossing_probe(facts.inventory, node))
         peer_macs = {i.mac: n for n, i in _interfaces(facts, peer.name).items()}
         for twin in node.links:
-            mac = None if isinstance(neighbors, ProbeFailure) or neighbors is None else \
-                neighbors.get((twin, str(peer.links[twin].ip)))
+            mac = neighbors.get((twin, str(peer.links[twin].ip))) if isinstance(neighbors, dict) else None
             if mac is None:
                 yield skip("links.crossed", node.name, f"{twin}: no answer from {peer.name} (see path.ping)")
             elif peer_macs.get(mac) == twin:
@@ -158,12 +206,14 @@ def check_path(facts: Facts) -> Iterable[Finding]:
     size = facts.inventory.cluster.mtu - 28
     for check in ("path.ping", "path.mtu"):
         yield from unreachable_skips(facts, check)
-    for name, node_facts in per_node(facts):
-        peer = facts.inventory.peer_of(facts.inventory.node(name))
-        for twin in facts.inventory.node(name).links:
-            target = str(peer.links[twin].ip)
-            plain, full = node_facts.get(f"ping {twin} {target}"), node_facts.get(f"ping {twin} {target} df{size}")
-            if isinstance(plain, ProbeFailure) or not plain or not plain.ok:
+    for name, node_facts in reachable_nodes(facts):
+        node = facts.inventory.node(name)
+        peer = facts.inventory.peer_of(node)
+        for twin in node.links:
+            target = peer_address(facts.inventory, node, twin)
+            plain = node_facts.get(ping_probe(facts.inventory, node, twin))
+            full = node_facts.get(ping_probe(facts.inventory, node, twin, full_mtu=True))
+            if not isinstance(plain, PingResult) or not plain.ok:
                 yield fail("path.ping", name, f"{twin} -> {target}: no reply ({_ping_text(plain)})",
                            f"check the links.* rows of {twin} on {name} and {peer.name}; then {SETUP}")
                 yield skip("path.mtu", name, f"{twin} -> {target}: no plain reply")
@@ -171,21 +221,21 @@ def check_path(facts: Facts) -> Iterable[Finding]:
             yield ok("path.ping", name, f"{twin} -> {target}: {plain.avg_ms} ms{_losses(plain)}")
             yield (ok("path.mtu", name, f"{twin} -> {target}: {size + 28}-byte packets pass unfragmented"
                                         f"{_losses(full)}")
-                   if not isinstance(full, ProbeFailure) and full and full.ok else
+                   if isinstance(full, PingResult) and full.ok else
                    fail("path.mtu", name, f"{twin} -> {target}: {size + 28}-byte don't-fragment pings fail "
                                           "(MTU differs somewhere on the path)",
-                                          setup(f"sets {twin} to mtu {size + 28} on {name} and {peer.name}")))
+                        setup(f"sets {twin} to mtu {size + 28} on {name} and {peer.name}"), SETUP_NETWORK))
 
 
 def check_trust(facts: Facts) -> Iterable[Finding]:
     """Proves ssh -o BatchMode=yes works from each node to every QSFP address of the other."""
     yield from unreachable_skips(facts, "trust.ssh")
-    for name, node_facts in per_node(facts):
+    for name, node_facts in reachable_nodes(facts):
         peer = facts.inventory.peer_of(facts.inventory.node(name))
-        for address in (str(a.ip) for a in peer.links.values()):
-            result = node_facts.get(f"ssh {address}")
-            if isinstance(result, ProbeFailure):
-                last = last_line(result.stderr, str(result))
+        for probe in trust_probes(facts.inventory, facts.inventory.node(name)):
+            address, result = probe.args[0], node_facts.get(probe)
+            if isinstance(result, ProbeFailure) or result is None:
+                last = last_line(result.stderr, str(result)) if isinstance(result, ProbeFailure) else "not probed"
                 yield fail("trust.ssh", name, f"ssh {address}: {last}", _trust_fix(name, peer.name, address, last))
             else:
                 yield ok("trust.ssh", name, f"ssh {address} -> {result}")

@@ -4,8 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sparkpair.checks import Facts, Finding, fail, ok, per_node, skip, unreachable_skips, warn
-from sparkpair.probes import ProbeFailure
+from sparkpair.checks import (
+    Facts,
+    Finding,
+    fail,
+    ok,
+    per_node,
+    skip,
+    unreachable_skips,
+    warn,
+)
+from sparkpair.inventory import Inventory
+from sparkpair.probes import ProbeFailure, host, models
 
 GIB = 1024 ** 3
 
@@ -14,13 +24,24 @@ def check_inventory(facts: Facts) -> Iterable[Finding]:
     """Proves the inventory parsed; warns where a node's twins share one subnet."""
     inventory = facts.inventory
     yield ok("inventory.valid", "pair", f"{inventory.head.name} (head), {inventory.worker.name}; profile {facts.profile}")
+    yield from inventory_warnings(inventory)
+
+
+def inventory_warnings(inventory: Inventory) -> list[Finding]:
+    """The inventory's own WARNs, judged without any node (doctor and `inventory check` both show them):
+    a node whose twins share one subnet."""
+    found = []
     for node in inventory.nodes:
         networks = [address.network for address in node.links.values()]
         if len(set(networks)) < len(networks):
-            yield warn("inventory.twin-subnets", node.name,
-                       f"{', '.join(node.links)} share {networks[0]}: two interfaces in one subnet cause routing "
-                       "ambiguity and NCCL failures (NVIDIA multi-sparks guidance)",
-                       "give each twin its own subnet in nodes[].links, e.g. 192.168.100.x/24 and 192.168.101.x/24")
+            found.append(warn(
+                "inventory.twin-subnets", node.name,
+                f"{', '.join(node.links)} share {networks[0]}: two interfaces in one subnet cause routing "
+                "ambiguity (replies leave by the other twin: asymmetric routing, ARP answered by the wrong twin) "
+                "and NCCL failures (NVIDIA multi-sparks guidance)",
+                "give each twin its own subnet in nodes[].links, as NVIDIA's current Connect Two Sparks playbook "
+                "does: 192.168.100.x/24 and 192.168.101.x/24"))
+    return found
 
 
 def check_reach(facts: Facts) -> Iterable[Finding]:
@@ -31,11 +52,11 @@ def check_reach(facts: Facts) -> Iterable[Finding]:
             yield fail("reach.ssh", node.name, facts.unreachable[node.name], facts.connect_hints.get(node.name, ""))
         else:
             yield ok("reach.ssh", node.name, f"{cluster.user}@{node.host}:{node.port}, host key verified")
-    for name, sudo in per_node(facts, "sudo"):
+    for name, sudo in per_node(facts, host.SUDO):
         yield (ok("reach.sudo", name, "sudo -n works") if sudo is True else
                fail("reach.sudo", name, "sudo asks for a password (setup-network and launch need sudo -n)",
                     f"echo '{cluster.user} ALL=(ALL) NOPASSWD:ALL' | sudo tee /etc/sudoers.d/sparkpair"))
-    identities = {name: value for name, value in per_node(facts, "identity")
+    identities = {name: value for name, value in per_node(facts, host.IDENTITY)
                   if not isinstance(value, ProbeFailure)}
     if len(identities) == 2:
         (a, ida), (b, idb) = identities.items()
@@ -47,14 +68,15 @@ def check_reach(facts: Facts) -> Iterable[Finding]:
 
 def check_platform(facts: Facts) -> Iterable[Finding]:
     """Proves DGX OS, a visible GPU on each node, and the same driver on both."""
-    for name, release in per_node(facts, "dgx_release"):
-        if isinstance(release, ProbeFailure) or "Spark" not in release.get("DGX_NAME", ""):
+    for name, release in per_node(facts, host.DGX_RELEASE):
+        if isinstance(release, ProbeFailure) or release is None or not release.is_spark:
             yield warn("platform.dgx-os", name, "no DGX Spark /etc/dgx-release; sparkpair is made for DGX OS on Spark")
         else:
-            yield ok("platform.dgx-os", name, f"{release.get('DGX_PRETTY_NAME') or release['DGX_NAME']} "
-                                              f"{release.get('DGX_SWBUILD_VERSION', '')}".strip())
+            updated = f" (OTA update of {release.factory_version})" if release.ota_versions else ""
+            yield ok("platform.dgx-os", name, f"{release.pretty_name or release.name} DGX OS "
+                                              f"{release.version}{updated}".strip())
     drivers = {}
-    for name, gpus in per_node(facts, "gpus"):
+    for name, gpus in per_node(facts, host.GPUS):
         if isinstance(gpus, ProbeFailure) or not gpus:
             yield fail("platform.gpu", name, f"no GPU visible ({gpus or 'nvidia-smi lists none'})")
         else:
@@ -72,7 +94,7 @@ def check_memory(facts: Facts) -> Iterable[Finding]:
     """Proves MemAvailable covers the node's weight shard, the draft and KV headroom."""
     nodes = facts.rank_nodes()
     yield from unreachable_skips(facts, "memory.available")
-    for name, meminfo in per_node(facts, "meminfo"):
+    for name, meminfo in per_node(facts, host.MEMINFO):
         if name not in nodes:
             continue
         if isinstance(meminfo, ProbeFailure):
@@ -100,7 +122,7 @@ def needed_gib(facts: Facts, name: str) -> float:
     for repo, estimate in ((profile.target, profile.target_gib), (profile.draft, profile.draft_gib)):
         if repo is None:
             continue
-        manifest = facts.nodes.get(name, {}).get(f"model {repo}")
+        manifest = facts.fact(name, models.manifest(facts.inventory.container.hf_cache, repo))
         complete = manifest is not None and not isinstance(manifest, ProbeFailure) and manifest.complete
         sizes.append(manifest.size / GIB if complete else estimate)
     target = sizes[0] / profile.tp_size if sizes else 0.0

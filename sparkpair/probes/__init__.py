@@ -1,33 +1,46 @@
 """Read-only facts about a node: each probe is a command plus a pure parser.
 
-`gather` runs any number of probes on one node in a single SSH round trip: the commands run
-concurrently in background subshells of one script and their outputs come back delimited.
-Parsers take captured text and are unit-tested from captured output (tests/fixtures/probes).
+A probe is identified by what it asks: its kind and its arguments (`net.ping("enp1s0f1np1",
+"198.19.1.12")`). Whoever needs a fact builds the same probe again and looks the fact up with it
+(`facts.get(net.ping(...))`); no string key is built twice. `gather` runs any number of probes on
+one node in a single SSH round trip. Parsers take captured text and are unit-tested from
+captured output (tests/fixtures/probes).
+
+Holds the probe model and the batch runner here, and the probes by domain: `net`, `rdma`, `host`,
+`docker`, `models`, `ssh`, `prometheus`. May import `sparkpair.transport` and `sparkpair.errors`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from sparkpair.errors import last_line
 from sparkpair.transport import NodeConnection, Pair, Shell
 
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
 RECORD, STDERR, END = "\x1e", "\x1f", "\x1d"
 FILE_MARK = "\x1c"  # before each file (or section) of a probe printing several; the shell writes it as \034
 
 
 @dataclass(frozen=True)
-class Probe(Generic[T]):
-    """A named read-only command and the parser of its stdout."""
+class Probe(Generic[T_co]):
+    """A read-only question to a node: what it asks (kind and arguments, its identity), the command
+    that asks it, and the parser of the command's stdout."""
 
-    name: str
-    command: Shell
-    parse: Callable[[str], T]
-    sudo: bool = False
-    ok_codes: tuple[int, ...] = (0,)
+    kind: str
+    args: tuple[Any, ...]
+    command: Shell = field(compare=False)
+    parse: Callable[[str], T_co] = field(compare=False)
+    sudo: bool = field(default=False, compare=False)
+    ok_codes: tuple[int, ...] = field(default=(0,), compare=False)
+
+    @property
+    def label(self) -> str:
+        """What the probe asks, in words: `ping enp1s0f1np1 198.19.1.12 8972`."""
+        return " ".join([self.kind, *(str(arg) for arg in self.args if arg is not None)])
 
 
 @dataclass(frozen=True)
@@ -40,6 +53,46 @@ class ProbeFailure:
 
     def __str__(self) -> str:
         return f"{self.name}: {last_line(self.stderr, f'exit {self.exit_code}')}"
+
+
+class NodeFacts(MutableMapping[Probe[Any], Any]):
+    """What one node answered: each probe's parsed value, or its ProbeFailure, looked up by the probe."""
+
+    def __init__(self, values: Mapping[Probe[Any], Any] | None = None) -> None:
+        self._values: dict[Probe[Any], Any] = dict(values or {})
+
+    def __getitem__(self, probe: Probe[Any]) -> Any:
+        return self._values[probe]
+
+    def __setitem__(self, probe: Probe[Any], value: Any) -> None:
+        self._values[probe] = value
+
+    def __delitem__(self, probe: Probe[Any]) -> None:
+        del self._values[probe]
+
+    def __iter__(self) -> Iterator[Probe[Any]]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def get(self, probe: Probe[T], default: Any = None) -> T | ProbeFailure | None:
+        """The probe's value, its ProbeFailure when the command failed, or None when it was not asked."""
+        found: T | ProbeFailure | None = self._values.get(probe, default)
+        return found
+
+    def value(self, probe: Probe[T]) -> T | None:
+        """The probe's value; None when it failed or was not asked."""
+        found = self._values.get(probe)
+        return None if isinstance(found, ProbeFailure) else found
+
+    def of_kind(self, kind: str) -> Iterable[tuple[Probe[Any], Any]]:
+        """Every (probe, value) of one kind, e.g. all `model` manifests."""
+        return [(probe, value) for probe, value in self._values.items() if probe.kind == kind]
+
+    def merged(self, other: Mapping[Probe[Any], Any]) -> NodeFacts:
+        """These facts with other's added (other wins for a probe asked twice)."""
+        return NodeFacts({**self._values, **other})
 
 
 def expanded_path(path: str) -> Shell:
@@ -61,46 +114,45 @@ def batch_script(probes: Sequence[Probe[Any]]) -> Shell:
             Shell("( "), command, Shell(f' ) >"$d/{index}.o" 2>"$d/{index}.e" </dev/null & p{index}=$!'),
         ], ""))
     frames = []
-    for index, probe in enumerate(probes):
-        parts.append(Shell(f"wait $p{index}; printf '\\036%s %s\\n' {{}} $? >\"$d/{index}.h\"", probe.name))
+    for index in range(len(probes)):
+        parts.append(Shell(f"wait $p{index}; printf '\\036%s %s\\n' {index} $? >\"$d/{index}.h\""))
         frames.append(f'"$d/{index}.h" "$d/{index}.o" "$d/S" "$d/{index}.e" "$d/E"')
     parts.append(Shell("cat " + " ".join(frames)))
     return Shell.compose(parts, "\n")
 
 
-def parse_batch(text: str) -> dict[str, tuple[int, str, str]]:
-    """Split a batch's stdout into name -> (exit code, stdout, stderr)."""
+def parse_batch(text: str) -> dict[int, tuple[int, str, str]]:
+    """Split a batch's stdout into probe index -> (exit code, stdout, stderr)."""
     results = {}
     for record in text.split(RECORD)[1:]:
         header, _, rest = record.partition("\n")
-        name, _, code = header.rpartition(" ")
+        index, _, code = header.rpartition(" ")
         stdout, _, tail = rest.partition(STDERR)
         stderr = tail.split(END, 1)[0]
-        results[name] = (int(code) if code.strip().lstrip("-").isdigit() else 255, stdout, stderr)
+        if index.strip().isdigit():
+            results[int(index)] = (int(code) if code.strip().lstrip("-").isdigit() else 255, stdout, stderr)
     return results
 
 
-def gather(connection: NodeConnection, probes: Sequence[Probe[Any]], timeout: float | None = 60) -> dict[str, Any]:
-    """Run probes on one node in one round trip; each name maps to its fact or a ProbeFailure."""
-    result = connection.run(batch_script(probes), timeout=timeout)
+def judge(probe: Probe[T], code: int, stdout: str, stderr: str) -> T | ProbeFailure:
+    """A probe's fact from its command's outcome: the parsed stdout, or a ProbeFailure."""
+    if code not in probe.ok_codes:
+        return ProbeFailure(probe.label, code, stderr or stdout)
+    try:
+        return probe.parse(stdout)
+    except (ValueError, KeyError, IndexError, TypeError) as error:
+        return ProbeFailure(probe.label, code, f"unexpected output ({error})")
+
+
+def gather(connection: NodeConnection, probes: Sequence[Probe[Any]], timeout: float | None = 60) -> NodeFacts:
+    """Run probes on one node in one round trip; each probe maps to its fact or a ProbeFailure."""
+    unique = list(dict.fromkeys(probes))
+    result = connection.run(batch_script(unique), timeout=timeout)
     raw = parse_batch(result.stdout)
-    facts: dict[str, Any] = {}
-    for probe in probes:
-        code, stdout, stderr = raw.get(probe.name, (result.exit_code or 255, "", result.stderr or "no output"))
-        if code not in probe.ok_codes:
-            facts[probe.name] = ProbeFailure(probe.name, code, stderr or stdout)
-            continue
-        try:
-            facts[probe.name] = probe.parse(stdout)
-        except (ValueError, KeyError, IndexError, TypeError) as error:
-            facts[probe.name] = ProbeFailure(probe.name, code, f"unexpected output ({error})")
-    return facts
+    missing = (result.exit_code or 255, "", result.stderr or "no output")
+    return NodeFacts({probe: judge(probe, *raw.get(index, missing)) for index, probe in enumerate(unique)})
 
 
-def gather_pair(pair: Pair, probes: Sequence[Probe[Any]]) -> dict[str, dict[str, Any]]:
+def gather_pair(pair: Pair, probes: Sequence[Probe[Any]]) -> dict[str, NodeFacts]:
     """`gather` on both nodes at once (one round trip each); a node's exception (unreachable) raises."""
-    results = pair.each(lambda connection: gather(connection, probes))
-    for result in results.values():
-        if isinstance(result, BaseException):
-            raise result
-    return results  # type: ignore[return-value]
+    return dict(pair.each(lambda connection: gather(connection, probes)).raise_first().values)

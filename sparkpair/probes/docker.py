@@ -52,13 +52,15 @@ def parse_image_id(text: str) -> str | None:
     return text.strip() or None
 
 
-DOCKER_INFO = Probe("docker_info", Shell("docker info --format '{{json .}}'"), parse_docker_info)
+DOCKER_INFO = Probe("docker info", (), Shell("docker info --format '{{json .}}'"), parse_docker_info)
 
 
 def image_id(image: str) -> Probe[str | None]:
-    return Probe("image_id", Shell("docker image inspect --format '{{.Id}}' {} 2>/dev/null || true", image),
+    """The local ID of image; None when the node does not have it."""
+    return Probe("image id", (image,), Shell("docker image inspect --format '{{.Id}}' {} 2>/dev/null || true", image),
                  parse_image_id)
 
 
 def container(name: str) -> Probe[ContainerState | None]:
-    return Probe("container", Shell("docker container inspect {} 2>/dev/null; true", name), parse_container)
+    """The container called name; None when there is none."""
+    return Probe("container", (name,), Shell("docker container inspect {} 2>/dev/null; true", name), parse_container)

@@ -31,9 +31,39 @@ def parse_sudo(text: str) -> bool:
 
 
 def parse_key_values(text: str) -> dict[str, str]:
-    """Parse KEY="value" lines (/etc/dgx-release, /etc/os-release)."""
-    pairs = re.findall(r'^([A-Z0-9_]+)=(?:"([^"]*)"|(\S*))', text, re.MULTILINE)
+    """Parse KEY="value" lines (/etc/dgx-release, /etc/os-release); a later KEY wins.
+
+    Values may be unquoted and hold spaces (`DGX_PLATFORM=HP ZGX Nano G1n AI Station`): the rest of the line."""
+    pairs = re.findall(r'^([A-Z0-9_]+)=(?:"([^"\n]*)"|(.*?))[ \t]*$', text, re.MULTILINE)
     return {key: quoted or bare for key, quoted, bare in pairs}
+
+
+@dataclass(frozen=True)
+class DgxRelease:
+    """What /etc/dgx-release says: the product, the DGX OS release it runs and the one it shipped with.
+
+    DGX OS appends a `DGX_OTA_VERSION`/`DGX_OTA_DATE` block (after a blank line) for every OTA update;
+    the last one is what runs. A factory image has none."""
+
+    name: str
+    pretty_name: str
+    version: str
+    factory_version: str
+    platform: str
+    ota_versions: tuple[str, ...]
+
+    @property
+    def is_spark(self) -> bool:
+        return "Spark" in self.name
+
+
+def parse_dgx_release(text: str) -> DgxRelease:
+    """Parse `cat /etc/dgx-release` (factory layout, or with one or more OTA blocks; quoted or bare values)."""
+    values = parse_key_values(text)
+    ota = tuple(re.findall(r'^DGX_OTA_VERSION="?([^"\n]*?)"?[ \t]*$', text, re.MULTILINE))
+    factory = values.get("DGX_SWBUILD_VERSION", "")
+    return DgxRelease(values.get("DGX_NAME", ""), values.get("DGX_PRETTY_NAME", ""), ota[-1] if ota else factory,
+                      factory, values.get("DGX_PLATFORM", ""), ota)
 
 
 @dataclass(frozen=True)
@@ -41,18 +71,40 @@ class Gpu:
     index: int
     name: str
     driver: str
-    memory_mib: int | None
+    memory_mib: int | None  # None on GB10: unified memory, nvidia-smi prints [N/A]
+
+
+GPU_FIELDS = ("index", "name", "driver_version", "memory.total")
+NOT_A_VALUE = re.compile(r"\[?(N/A|Not Supported|Unknown Error|Insufficient Permissions)\]?")
+
+
+def parse_gpu_query(text: str, fields: tuple[str, ...]) -> list[dict[str, str | None]]:
+    """Parse `nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits]`: one dict per GPU row,
+    field -> value, None where nvidia-smi prints no value (`[N/A]`, `[Not Supported]`, ...).
+
+    Header lines (`name, memory.total [MiB]`), printed without noheader and once per node when the
+    query runs on several nodes (srun), are skipped; units (`[MiB]` in headers, ` MiB` in values) are
+    dropped. Samples: tests/fixtures/probes/real/nvidia-smi-query-gpu__*.txt."""
+    rows = []
+    for line in text.strip().splitlines():
+        values = [value.strip() for value in line.split(",")]
+        if len(values) < len(fields) or values[0].split(" [")[0] == fields[0]:
+            continue
+        rows.append({field: None if NOT_A_VALUE.fullmatch(value) else value
+                     for field, value in zip(fields, values, strict=False)})
+    return rows
 
 
 def parse_gpus(text: str) -> list[Gpu]:
     """Parse `nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader,nounits`.
 
-    Sample: 0, NVIDIA GB10, 580.95.05, [N/A]   (GB10 has unified memory; memory may read N/A)
+    Sample (GB10, unified memory): 0, NVIDIA GB10, 580.95.05, [N/A]
     """
     gpus = []
-    for line in text.strip().splitlines():
-        index, name, driver, memory = (field.strip() for field in line.split(",")[:4])
-        gpus.append(Gpu(int(index), name, driver, int(memory) if memory.isdigit() else None))
+    for row in parse_gpu_query(text, GPU_FIELDS):
+        memory = (row["memory.total"] or "").split(" ")[0]
+        gpus.append(Gpu(int(row["index"] or 0), row["name"] or "", row["driver_version"] or "",
+                        int(memory) if memory.isdigit() else None))
     return gpus
 
 
@@ -66,6 +118,7 @@ def parse_float(text: str) -> float:
 
 
 def parse_int(text: str) -> int:
+    """The integer on the last line (`df -B1 --output=avail` prints its header `Avail` first)."""
     return int(text.strip().splitlines()[-1])
 
 
@@ -95,18 +148,35 @@ def parse_listeners(text: str) -> list[Listener]:
     return listeners
 
 
-IDENTITY = Probe("identity", Shell("id -u; id -un; id -Gn; hostname"), parse_identity)
-SUDO = Probe("sudo", Shell("sudo -n true >/dev/null 2>&1 && echo ok || echo password-required"), parse_sudo)
-DGX_RELEASE = Probe("dgx_release", Shell("cat /etc/dgx-release"), parse_key_values)
-GPUS = Probe("gpus", Shell("nvidia-smi --query-gpu=index,name,driver_version,memory.total "
-                           "--format=csv,noheader,nounits"), parse_gpus)
-MEMINFO = Probe("meminfo", Shell("cat /proc/meminfo"), parse_meminfo)
-CLOCK = Probe("clock", Shell("date +%s.%N"), parse_float)
-LISTENERS = Probe("listeners", Shell("sudo -n ss -Htlnp 2>/dev/null || ss -Htlnp"), parse_listeners)
+IDENTITY = Probe("identity", (), Shell("id -u; id -un; id -Gn; hostname"), parse_identity)
+SUDO = Probe("sudo", (), Shell("sudo -n true >/dev/null 2>&1 && echo ok || echo password-required"), parse_sudo)
+DGX_RELEASE = Probe("dgx-release", (), Shell("cat /etc/dgx-release"), parse_dgx_release)
+GPUS = Probe("gpus", (), Shell(f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits"),
+             parse_gpus)
+MEMINFO = Probe("meminfo", (), Shell("cat /proc/meminfo"), parse_meminfo)
+CLOCK = Probe("clock", (), Shell("date +%s.%N"), parse_float)
+LISTENERS = Probe("listeners", (), Shell("sudo -n ss -Htlnp 2>/dev/null || ss -Htlnp"), parse_listeners)
 
 
 def free_bytes(path: str) -> Probe[int]:
     """Free bytes on the filesystem that holds path (or its nearest existing parent; ~ expands)."""
     command = Shell.compose([expanded_path(path), Shell(
         'while [ ! -e "$p" ]; do p=$(dirname "$p"); done; df -B1 --output=avail "$p" | tail -n 1')], "")
-    return Probe(f"free {path}", command, parse_int)
+    return Probe("free bytes", (path,), command, parse_int)
+
+
+def parse_yes(text: str) -> bool:
+    """True when the command printed `yes`."""
+    return text.strip() == "yes"
+
+
+def path_exists(path: str) -> Probe[bool]:
+    """Whether path exists on the node (a file, directory or device; ~ expands)."""
+    command = Shell.compose([expanded_path(path), Shell('[ -e "$p" ] && echo yes || echo no')], "")
+    return Probe("exists", (path,), command, parse_yes)
+
+
+def file_nonempty(path: str) -> Probe[bool]:
+    """Whether path is a file with content (its content is never read; ~ expands)."""
+    command = Shell.compose([expanded_path(path), Shell('[ -s "$p" ] && echo yes || echo no')], "")
+    return Probe("nonempty", (path,), command, parse_yes)

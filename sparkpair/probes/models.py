@@ -1,14 +1,24 @@
-"""Model facts: what a repo's Hugging Face cache holds on a node, as a manifest."""
+"""Model facts: what a repo's Hugging Face cache holds on a node (a manifest), whether its content is
+what its blob names say (verification, by sparkpair's node program), whether a node reaches the hub,
+and what `hf download --dry-run` says is left to fetch."""
 
 from __future__ import annotations
 
+import base64
+import json
 import re
+import zlib
 from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
 
+from sparkpair import paths
 from sparkpair.probes import Probe, expanded_path
 from sparkpair.transport import Shell
 
 BLOB_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+DEFAULT_HUB = "https://huggingface.co"
+CONTENT = "model content"  # the verification probe's kind (doctor looks it up by kind: its budget varies)
 
 
 @dataclass(frozen=True)
@@ -84,7 +94,7 @@ def manifest(hf_cache: str, repo: str) -> Probe[RepoManifest]:
         'cd "$p" 2>/dev/null || exit 0; '
         "find . -mindepth 2 \\( -type f -o -type l \\) -printf '%y\\t%s\\t%P\\t%l\\n'; "
         'for r in refs/*; do [ -f "$r" ] && printf "ref\\t%s\\t%s\\n" "$r" "$(cat "$r")"; done; true')], "")
-    return Probe(f"model {repo}", command, parse_manifest)
+    return Probe("model", (hf_cache, repo), command, parse_manifest)
 
 
 def cache_access(hf_cache: str) -> Probe[tuple[bool, str]]:
@@ -93,9 +103,183 @@ def cache_access(hf_cache: str) -> Probe[tuple[bool, str]]:
         'q="$p"; while [ ! -e "$q" ]; do q=$(dirname "$q"); done; '
         '[ -w "$q" ] && echo writable || echo read-only; '
         '[ -d "$p" ] && find "$p" -maxdepth 4 ! -user "$(id -u)" -print -quit 2>/dev/null; true')], "")
-    return Probe("cache_access", command, _parse_access)
+    return Probe("cache access", (hf_cache,), command, _parse_access)
 
 
 def _parse_access(text: str) -> tuple[bool, str]:
     lines = text.strip().splitlines()
     return (bool(lines) and lines[0] == "writable", lines[1] if len(lines) > 1 else "")
+
+
+NODE_MODULES = ("mn_blobs", "mn_wire", "mn_receive", "mn_send", "mn_main")  # in import order
+BOOTSTRAP = """import base64, json, sys, types, zlib
+for name, source in json.loads(zlib.decompress(base64.b64decode("{packed}"))):
+    module = types.ModuleType(name)
+    module.__file__ = name + ".py"
+    sys.modules[name] = module
+    exec(compile(source, name + ".py", "exec"), module.__dict__)
+sys.exit(sys.modules["mn_main"].main(sys.argv))
+"""
+
+
+@cache
+def node_program() -> str:
+    """sparkpair's node program for models (`sparkpair/data/modelnode/mn_*.py`) as one short bootstrap
+    carrying every module's source (compressed): run as `python3 -c PROGRAM COMMAND` on a node, so
+    nothing is installed there."""
+    folder = resources.files("sparkpair.data").joinpath("modelnode")
+    modules = [(name, folder.joinpath(f"{name}.py").read_text(encoding="utf-8")) for name in NODE_MODULES]
+    packed = base64.b64encode(zlib.compress(json.dumps(modules).encode(), 9)).decode()
+    return BOOTSTRAP.format(packed=packed)
+
+
+def node_command(command: str, *args: str) -> Shell:
+    """`python3 -c PROGRAM command args...` as one quoted line."""
+    return Shell(" ".join(["python3 -c {} {}"] + ["{}"] * len(args)), node_program(), command, *args)
+
+
+def repo_dirname(repo: str) -> str:
+    """The hub cache's folder of a repo id: models--org--name."""
+    return "models--" + repo.replace("/", "--")
+
+
+@dataclass(frozen=True)
+class RepoContent:
+    """What verification found in one repo on a node: blob name -> why it is bad, blobs not hashed yet
+    (a budget ran out), and snapshot entries that do not resolve to a good blob (path, problem)."""
+
+    blobs: int = 0
+    bad: dict[str, str] = field(default_factory=dict)
+    unverified: tuple[str, ...] = ()
+    links: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def verified(self) -> bool:
+        return not self.bad and not self.unverified and not self.links
+
+
+@dataclass(frozen=True)
+class ContentCheck:
+    """Verification of the repos on one node: per repo dirname its RepoContent; bytes hashed this time
+    (the rest came from the node's cache of verified blobs) and how long it took."""
+
+    repos: dict[str, RepoContent] = field(default_factory=dict)
+    hashed_bytes: int = 0
+    cached: int = 0
+    seconds: float = 0.0
+
+    def of(self, repo: str) -> RepoContent:
+        return self.repos.get(repo_dirname(repo), RepoContent())
+
+
+def parse_content(text: str) -> ContentCheck:
+    """The `result {...}` line of `model_node.py verify` (progress lines before it are skipped).
+
+    Sample: result {"cached": 9, "hashed_bytes": 1508352, "repos": {"models--o--r": {"bad": {"b35a...":
+            "content hashes to 0c1f33a2e9d1"}, "blobs": 11, "links": [["<rev>/x.safetensors",
+            "its blob is corrupt"]], "unverified": []}}, "seconds": 0.02}
+    """
+    lines = [line for line in text.splitlines() if line.startswith("result ")]
+    if not lines:
+        raise ValueError("no result line")
+    data = json.loads(lines[-1].removeprefix("result "))
+    repos = {name: RepoContent(int(entry.get("blobs", 0)), dict(entry.get("bad", {})),
+                               tuple(entry.get("unverified", [])),
+                               tuple((str(path), str(problem)) for path, problem in entry.get("links", [])))
+             for name, entry in data["repos"].items()}
+    return ContentCheck(repos, int(data.get("hashed_bytes", 0)), int(data.get("cached", 0)),
+                        float(data.get("seconds", 0.0)))
+
+
+def verify_options(hf_cache: str, repos: list[str] | tuple[str, ...], *, budget: float | None = None,
+                   remove_bad: bool = False, progress: bool = False) -> str:
+    """The node program's verify options (JSON): the hub dir, repo dirs, the node's cache of verified blobs."""
+    return json.dumps({"hub": f"{hf_cache.rstrip('/')}/hub", "repos": [repo_dirname(r) for r in repos],
+                       "cache": paths.VERIFIED_BLOBS, "budget": budget, "remove_bad": remove_bad,
+                       "progress": progress}, sort_keys=True)
+
+
+def content(hf_cache: str, repos: tuple[str, ...], budget: float) -> Probe[ContentCheck]:
+    """Verify the repos' blobs on the node, hashing for at most budget seconds (what is left is
+    reported unverified); blobs the node's cache already vouches for are not read again."""
+    command = node_command("verify", verify_options(hf_cache, repos, budget=budget))
+    return Probe(CONTENT, (hf_cache, repos, budget), command, parse_content)
+
+
+@dataclass(frozen=True)
+class HubReach:
+    """Whether a node got an HTTP answer from the hub (any status: 401 still proves the way), or why not."""
+
+    reachable: bool
+    detail: str
+
+
+def parse_hub(text: str) -> HubReach:
+    """`http 200` / `http 401` (an answer) or `error ConnectError: reason` (none).
+
+    Sample: error URLError: [Errno -3] Temporary failure in name resolution
+    """
+    line = text.strip().splitlines()[-1] if text.strip() else "error no output"
+    kind, _, rest = line.partition(" ")
+    if kind == "http":
+        return HubReach(True, f"HTTP {rest}")
+    return HubReach(False, rest or "no answer")
+
+
+HUB_SCRIPT = """import sys, urllib.error, urllib.request
+try:
+    print("http", urllib.request.urlopen(sys.argv[1], timeout=5).status)
+except urllib.error.HTTPError as error:
+    print("http", error.code)
+except Exception as error:
+    print("error", type(error).__name__ + ":", getattr(error, "reason", error))
+"""
+
+
+def hub(endpoint: str, repo: str) -> Probe[HubReach]:
+    """One unauthenticated GET of the repo's model info from the node (no token is sent), 5 s timeout."""
+    url = f"{endpoint.rstrip('/')}/api/models/{repo}"
+    command = Shell("timeout 8 python3 -c {} {} 2>&1 || echo 'error no answer within 8 s'", HUB_SCRIPT, url)
+    return Probe("hub", (endpoint, repo), command, parse_hub)
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """`hf download --dry-run`: file -> bytes still to download (about: the hub rounds to 0.1 of a unit),
+    None for a file already in the cache."""
+
+    files: dict[str, int | None]
+
+    @property
+    def to_download(self) -> dict[str, int]:
+        return {name: size for name, size in self.files.items() if size is not None}
+
+    @property
+    def total(self) -> int:
+        return sum(self.to_download.values())
+
+
+UNITS = {"": 1, "K": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12, "P": 10 ** 15}
+SIZE = re.compile(r"(\d+(?:\.\d+)?)([KMGTP]?)")
+
+
+def parse_dry_run(text: str) -> DryRun:
+    """The table `hf download --dry-run` prints (huggingface_hub 1.x): a header line, a dashed rule, then
+    `name size` rows where size is `_format_size` (decimal units, `655.2M`) or `-` (cached).
+
+    Sample: tests/fixtures/probes/hf-download-dry-run.txt
+    """
+    lines = text.splitlines()
+    rule = next((i for i, line in enumerate(lines) if line.strip() and set(line.strip()) <= {"-", " "}
+                 and "[dry-run] Will download" in "\n".join(lines[:i])), None)
+    if rule is None:
+        raise ValueError("no dry-run table")
+    files: dict[str, int | None] = {}
+    for line in lines[rule + 1:]:
+        name, _, size = line.rstrip().rpartition(" ")
+        match = SIZE.fullmatch(size)
+        if not name.strip() or not (size == "-" or match):
+            break
+        files[name.strip()] = None if size == "-" else round(float(match.group(1)) * UNITS[match.group(2)]) \
+            if match else None
+    return DryRun(files)

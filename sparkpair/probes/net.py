@@ -1,4 +1,4 @@
-"""Network facts: interfaces and addresses, routes, neighbours, netplan files, RoCE devices, pings."""
+"""Network facts: interfaces and addresses, routes, neighbours, netplan files, pings (RDMA: `rdma`)."""
 
 from __future__ import annotations
 
@@ -76,6 +76,27 @@ def parse_ssh_session(text: str) -> str:
     return fields[2] if len(fields) == 4 else ""
 
 
+@dataclass(frozen=True)
+class Route:
+    """One route as `ip -j route show` or `ip -j route get` reports it: where to (`default`, a
+    subnet, or an address), out of which interface, through which gateway (None: on-link)."""
+
+    dst: str
+    dev: str
+    gateway: str | None
+    prefsrc: str | None
+
+
+def parse_routes(text: str) -> list[Route]:
+    """Parse `ip -j route show` or `ip -j route get ADDRESS` (no output: no routes).
+
+    Sample (route get, tests/fixtures/probes/ip-route-get-via.json): [{"dst":"198.18.0.1",
+    "gateway":"198.18.0.12","dev":"enP7s7","prefsrc":"198.18.0.11","flags":[],"uid":0,"cache":[]}]
+    """
+    return [Route(str(item.get("dst", "")), str(item.get("dev", "")), item.get("gateway"), item.get("prefsrc"))
+            for item in json.loads(text or "[]") if isinstance(item, dict)]
+
+
 def parse_neighbors(text: str) -> dict[tuple[str, str], str]:
     """Parse `ip -j neigh show`: (interface, ip) -> MAC of the neighbour that answered."""
     return {(n["dev"], n["dst"]): n["lladdr"] for n in json.loads(text or "[]") if "lladdr" in n and "dev" in n}
@@ -145,21 +166,11 @@ class Ethtool:
 
 
 def parse_ethtool(text: str) -> Ethtool:
-    """Parse `ethtool IFACE`: `Speed: 200000Mb/s` and `Link detected: yes`."""
+    """Parse `ethtool IFACE`: `Speed: 200000Mb/s` (100000Mb/s on a port a switch negotiated down,
+    `Unknown!` without carrier) and `Link detected: yes`."""
     speed = re.search(r"Speed:\s*(\d+)Mb/s", text)
     link = re.search(r"Link detected:\s*(yes|no)", text)
     return Ethtool(int(speed.group(1)) if speed else None, bool(link and link.group(1) == "yes"))
-
-
-def parse_ibdev2netdev(text: str) -> dict[str, tuple[str, bool]]:
-    """Parse `ibdev2netdev`: netdev -> (RoCE device, Up?).
-
-    Sample: rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)
-    """
-    devices = {}
-    for match in re.finditer(r"^(\S+) port \d+ ==> (\S+) \((\w+)\)", text, re.MULTILINE):
-        devices[match.group(2)] = (match.group(1), match.group(3) == "Up")
-    return devices
 
 
 @dataclass(frozen=True)
@@ -182,26 +193,35 @@ class PingResult:
 
 
 def parse_ping(text: str) -> PingResult:
-    """Parse ping's summary: `2 packets transmitted, 2 received` and `rtt min/avg/max/mdev = a/b/c/d ms`."""
+    """Parse ping's summary: `2 packets transmitted, 2 received` (iputils adds `, +1 errors` after a local
+    `message too long`) and `rtt min/avg/max/mdev = a/b/c/d ms`.
+
+    Output cut before the summary (a ping interrupted, or an excerpt) counts its reply lines
+    (`8980 bytes from 192.168.100.11: icmp_seq=1 ttl=64 time=0.644 ms`)."""
     counts = re.search(r"(\d+) packets transmitted, (\d+) (?:packets )?received", text)
     rtt = re.search(r"= [\d.]+/([\d.]+)/", text)
-    if not counts:
-        return PingResult(0, 0, None)
-    return PingResult(int(counts.group(1)), int(counts.group(2)), float(rtt.group(1)) if rtt else None)
+    if counts:
+        return PingResult(int(counts.group(1)), int(counts.group(2)), float(rtt.group(1)) if rtt else None)
+    times = [float(t) for t in re.findall(r"^\d+ bytes from .*? time=([\d.]+) ms", text, re.MULTILINE)]
+    return PingResult(len(times), len(times), sum(times) / len(times) if times else None)
 
 
-INTERFACES = Probe("interfaces", Shell("ip -j addr show"), parse_interfaces)
-DEFAULT_ROUTES = Probe("default_routes", Shell("ip -j route show default"), parse_default_routes)
-SSH_SESSION = Probe("ssh_session", Shell('printf "%s" "$SSH_CONNECTION"'), parse_ssh_session)
-NEIGHBORS = Probe("neighbors", Shell("ip -j neigh show"), parse_neighbors)
-RDMA_DEVICES = Probe("rdma_devices", Shell("ibdev2netdev"), parse_ibdev2netdev)
-NETPLAN_FILES = Probe("netplan_files", Shell(
+INTERFACES = Probe("interfaces", (), Shell("ip -j addr show"), parse_interfaces)
+DEFAULT_ROUTES = Probe("default routes", (), Shell("ip -j route show default"), parse_default_routes)
+SSH_SESSION = Probe("ssh session", (), Shell('printf "%s" "$SSH_CONNECTION"'), parse_ssh_session)
+NEIGHBORS = Probe("neighbors", (), Shell("ip -j neigh show"), parse_neighbors)
+ROUTES = Probe("routes", (), Shell("ip -j route show"), parse_routes)
+# The route this SSH session's replies take: `ip -j route get` of the client side of $SSH_CONNECTION
+# (the operator's address as the node sees it, the `dst` of the answer); nothing outside SSH.
+SESSION_ROUTE = Probe("session route", (), Shell('set -- $SSH_CONNECTION; [ -z "$1" ] || ip -j route get "$1"'),
+                      parse_routes)
+NETPLAN_FILES = Probe("netplan files", (), Shell(
     "for f in /etc/netplan/*.yaml /etc/netplan/*.yml; do [ -f \"$f\" ] || continue; "
     "printf '\\034%s\\n' \"$f\"; cat \"$f\"; done"), parse_netplan_files, sudo=True)
 
 
 def ethtool(interface: str) -> Probe[Ethtool]:
-    return Probe(f"ethtool {interface}", Shell("ethtool {}", interface), parse_ethtool)
+    return Probe("ethtool", (interface,), Shell("ethtool {}", interface), parse_ethtool)
 
 
 def ping(interface: str, address: str, size: int | None = None) -> Probe[PingResult]:
@@ -214,8 +234,12 @@ def ping(interface: str, address: str, size: int | None = None) -> Probe[PingRes
         command = Shell("ping -n -c 3 -i 0.05 -W 1 -I {} {}", interface, address)
     else:
         command = Shell("ping -n -M do -s {} -c 3 -i 0.05 -W 1 -I {} {}", size, interface, address)
-    label = f"ping {interface} {address}" + (f" df{size}" if size else "")
-    return Probe(label, command, parse_ping, ok_codes=(0, 1))
+    return Probe("ping", (interface, address, size), command, parse_ping, ok_codes=(0, 1))
+
+
+def parse_hostname(text: str) -> str:
+    """The hostname a command printed."""
+    return text.strip()
 
 
 def ssh_batch(address: str) -> Probe[str]:
@@ -226,7 +250,7 @@ def ssh_batch(address: str) -> Probe[str]:
     """
     command = Shell("ssh -n -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=yes "
                     "-o KexAlgorithms=^curve25519-sha256 {} hostname", address)
-    return Probe(f"ssh {address}", command, lambda text: text.strip())
+    return Probe("ssh", (address,), command, parse_hostname)
 
 
 
@@ -237,4 +261,4 @@ def crossing(links: dict[str, str]) -> Probe[dict[tuple[str, str], str]]:
     """
     pings = Shell.compose([Shell("ping -n -c 1 -W 1 -I {} {} >/dev/null 2>&1", twin, address)
                            for twin, address in links.items()])
-    return Probe("neighbors", Shell.compose([pings, NEIGHBORS.command]), parse_neighbors)
+    return Probe("crossing", tuple(sorted(links.items())), Shell.compose([pings, NEIGHBORS.command]), parse_neighbors)

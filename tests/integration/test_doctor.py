@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import Run, ensure_networked, run_sparkpair
 from openai import OpenAI
-
-from conftest import Run, run_sparkpair
 
 TOKEN = "hf_sparkpair_doctor_test_token"
 MODEL = "nvidia/Qwen3-235B-A22B-FP4"
@@ -72,7 +71,7 @@ def leftovers(bed) -> list[str]:
 def pair(testbed):
     """A networked pair whose caches hold the profile's models and both nodes the test token
     (one launch and stop); the engine is stopped before and after the module."""
-    testbed.ensure_networked()
+    ensure_networked(testbed)
     inventory = testbed.inventory
     run_sparkpair(inventory, "stop")
     launched = run_sparkpair(inventory, "launch", "--timeout", "120", env={"HF_TOKEN": TOKEN})
@@ -142,6 +141,12 @@ FAULTS = [
     ("disk-full", {}, [("models.disk", "spark-b", "WARN", ["free disk space", "on spark-b"]),
                        ("models.writable", "spark-b", "FAIL", ["on spark-b"])]),
     ("gpu-missing", {}, [("platform.gpu", "spark-b", "FAIL", ["docs/runbooks.md#platform-gpu"])]),
+    ("roce-mtu-1024", {}, [("links.roce", "spark-b", "WARN", ["sparkpair setup-network", "RoCE MTU follows to 4096"]),
+                           ("links.mtu", "spark-b", "FAIL", ["enP2p1s0f1np1 of spark-b", "mtu 9000"])]),
+    ("roce-gid-missing", {}, [("links.roce", "spark-b", "FAIL",
+                               ["sudo ip addr del 198.19.1.12/24 dev enp1s0f1np1 && sudo netplan apply"])]),
+    ("roce-gid-differs", {}, [("links.roce", "pair", "WARN",
+                               ["NCCL_IB_GID_INDEX=3 on spark-a, NCCL_IB_GID_INDEX=5 on spark-b"])]),
 ]
 
 
@@ -263,7 +268,7 @@ def test_only_reports_the_chosen_ids_and_groups(pair, tmp_path) -> None:
 
 def test_deep_runs_mpi_in_short_lived_containers_and_removes_them(pair, tmp_path) -> None:
     report = doctor(pair.inventory, "--deep", env={**no_token(tmp_path), "HF_TOKEN": TOKEN})
-    assert report.code == 0, report.bad()
+    assert report.bad() == [("FAIL", "deep.nccl", "pair")]   # sockets: no RDMA on the simulated pair (below)
     mpi = report.rows("deep.mpi", "pair", "OK")[0]["detail"]
     assert "rank 0 spark-a, rank 1 spark-b" in mpi and "short-lived containers trtllm-multinode-doctor" in mpi
     assert report.rows("deep.allreduce", "pair", "OK")[0]["detail"].startswith("sum 3 as expected")
@@ -271,8 +276,42 @@ def test_deep_runs_mpi_in_short_lived_containers_and_removes_them(pair, tmp_path
     bandwidth = report.rows("deep.bandwidth", "pair")[0]
     mbs, us = bandwidth["detail"].split(" MB/s")[0], bandwidth["detail"].split(" µs")[0].rsplit(" ", 1)[-1]
     assert float(mbs) > 0 and float(us) > 0, bandwidth
-    assert "no all_gather_perf" in report.rows("deep.nccl", "pair", "SKIP")[0]["detail"]
     assert leftovers(pair) == []
+
+
+def test_deep_proves_the_fabric_and_fails_the_simulated_pair_as_a_socket_fallback(pair, tmp_path) -> None:
+    """The image's all_gather_perf moves its data between the nodes over TCP and says so as NCCL does: deep.nccl
+    reads the transport, the devices and the bus bandwidth from that output, and FAILs with the cause."""
+    report = doctor(pair.inventory, "--deep", "--only", "deep", env=no_token(tmp_path))
+    assert report.code == 1 and [f["check"] for f in report.rows("deep", status="FAIL")] == ["deep.nccl"], report.bad()
+    nccl = report.rows("deep.nccl", "pair", "FAIL")[0]
+    assert "NCCL fell back to TCP sockets on spark-a, spark-b (Using network Socket), not RoCE" in nccl["detail"]
+    assert "spark-a Socket enp1s0f1np1+enP2p1s0f1np1" in nccl["detail"]
+    bandwidth = float(nccl["detail"].split("avg bus bandwidth ")[1].split(" GB/s")[0])
+    assert bandwidth > 0
+    assert "NET/IB : No device found" in nccl["fix"] and "NCCL_IB_HCA (rocep1s0f1,roceP2p1s0f1)" in nccl["fix"]
+    assert leftovers(pair) == []
+
+
+def test_deep_runs_an_nccl_tests_build_from_the_nodes(pair, tmp_path) -> None:
+    """--nccl-tests PATH: a build on both nodes, mounted at the same path into the short-lived containers."""
+    build = "/home/nvidia/nccl-build"
+    for node in ("spark-a", "spark-b"):
+        pair.exec(node, f"mkdir -p {build} && printf '#!/bin/sh\\necho \"# nccl-tests built on this node\"\\n' "
+                        f"> {build}/all_gather_perf && chmod 755 {build}/all_gather_perf")
+    try:
+        report = doctor(pair.inventory, "--deep", "--only", "deep.mpi,deep.nccl", "--nccl-tests", build,
+                        env=no_token(tmp_path))
+        nccl = report.rows("deep.nccl", "pair", "FAIL")[0]["detail"]
+        assert "no bus bandwidth" in nccl and "built on this node" in nccl
+        missing = doctor(pair.inventory, "--deep", "--only", "deep.mpi", "--nccl-tests", "/nowhere/build",
+                         env=no_token(tmp_path))
+        assert "--nccl-tests /nowhere/build: no such file or directory" in missing.rows("deep.mpi", "pair", "FAIL")[0]["detail"]
+    finally:
+        for node in ("spark-a", "spark-b"):
+            pair.exec(node, f"rm -rf {build}")
+    assert leftovers(pair) == []
+    assert run_sparkpair(pair.inventory, "doctor", "--nccl-tests", build).code == 2   # only with --deep
 
 
 def test_deep_token_compares_the_ranks_with_this_machine_by_hash(pair, tmp_path) -> None:
@@ -309,7 +348,7 @@ def test_deep_runs_beside_a_serving_engine_without_disturbing_it(pair, tmp_path)
         report = doctor(pair.inventory, "--deep", "--only", "deep,docker.container", env=no_token(tmp_path))
         assert report.code == 0, report.bad()
         assert "in the running engine containers trtllm-multinode" in report.rows("deep.mpi", "pair", "OK")[0]["detail"]
-        assert "no all_gather_perf" in report.rows("deep.nccl", "pair", "SKIP")[0]["detail"]
+        assert "the running engine holds the GPUs" in report.rows("deep.nccl", "pair", "SKIP")[0]["detail"]
         status = json.loads(run_sparkpair(pair.inventory, "status", "--json").out)
         assert status["state"] == "serving", status
         answer = OpenAI(base_url="http://198.18.0.11:8355/v1", api_key="none").completions.create(

@@ -8,7 +8,6 @@ import json
 import re
 from pathlib import Path
 
-
 from conftest import ROOT, run_sparkpair, with_forged_host_key
 
 # Ways to switch host-key checking off, in Python (paramiko, fabric, docker-py) and in ssh options.

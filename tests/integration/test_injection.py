@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import run_sparkpair
 
 MODEL = "nvidia/Qwen3-235B-A22B-FP4"

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from conftest import Run, run_sparkpair
+from conftest import Run, has_netplan, run_sparkpair
+from test_setup_network import NETPLAN, network_state, nothing_left_running, ssh_state
 
 NODES = ("spark-a", "spark-b")
 CONTAINER = "trtllm-multinode"
@@ -97,7 +97,7 @@ def assert_whole(bed) -> None:
         for chunk in files.split("\x1c")[1:]:
             path, _, content = chunk.partition("\n")
             parsed = json.loads(content) if path.endswith(".json") else yaml.safe_load(content)
-            assert parsed, f"{node}: {path} is empty or unreadable"
+            assert content.strip() and parsed is not None, f"{node}: {path} is empty or unreadable"
     assert bed.exec("spark-a", f"test -e {LOCK}", check=False).returncode != 0, "the lock was not released"
 
 
@@ -130,50 +130,96 @@ def test_sigint_while_planning_changes_nothing(pristine_pair) -> None:
     _interrupted(run, "interrupted before any change; nothing was changed on either node")
     assert_whole(pristine_pair)
     for node in NODES:
-        assert not pristine_pair.has_netplan(node)
+        assert not has_netplan(pristine_pair, node)
         assert pristine_pair.exec(node, "test -e /home/nvidia/.ssh/id_ed25519", check=False).returncode != 0
     recovered = run_sparkpair(pristine_pair.inventory, "setup-network", "--yes")
     assert recovered.code == 0 and "SSH trust verified" in recovered.out, recovered.text
 
 
-def test_sigint_during_apply_reports_each_node_then_restore_and_apply_recover(pristine_pair) -> None:
+def _before(bed) -> dict:
+    """What setup-network may change on each node: netplan files, twins, SSH files (test_setup_network's view)."""
+    return {node: (network_state(bed, node), ssh_state(bed, node)) for node in NODES}
+
+
+def _undone(run: Run, bed, before: dict, stage: str) -> None:
+    """Interrupted at stage, then undone: both nodes as before, said so, nothing left behind; the next run works."""
+    _interrupted(run, f"interrupted while {stage}; each node finished the action it was in, then this run was "
+                      "undone: both nodes are as before (states above)")
+    assert _before(bed) == before
+    assert_whole(bed)
+    nothing_left_running(bed)
+    recovered = run_sparkpair(bed.inventory, "setup-network", "--yes")
+    assert recovered.code == 0 and "SSH trust verified" in recovered.out, recovered.text
+
+
+def test_sigint_while_arming_the_watchdogs_changes_nothing(pristine_pair) -> None:
+    before = _before(pristine_pair)
+    run = interrupt(pristine_pair.inventory, r"install -m 700 -o root -g root \S+watchdog", "-vv", "setup-network", "--yes")
+    _interrupted(run, "interrupted while arming the watchdogs; nothing was changed on either node (both are as "
+                      "before)")
+    assert _before(pristine_pair) == before
+    assert_whole(pristine_pair)
+    nothing_left_running(pristine_pair)
+
+
+def test_sigint_during_apply_undoes_it_on_both_nodes(pristine_pair) -> None:
+    before = _before(pristine_pair)
     run = interrupt(pristine_pair.inventory, r"^spark-.: create /etc/netplan/", "setup-network", "--yes")
-    _interrupted(run, "interrupted; each node finished the change it was making and every file is whole")
-    assert "not started (interrupted): " in run.err
     for node in NODES:
-        assert re.search(rf"^{node}: now enp1s0f1np1 ", run.err, re.M), run.err
-    assert "Finish with: sparkpair setup-network --yes; undo with: sparkpair setup-network --restore" in run.err
-    assert_whole(pristine_pair)
-    wanted = {node: pristine_pair.exec(node, "cat /etc/netplan/40-sparkpair-cx7.yaml", check=False).stdout
-              for node in NODES}
-    restored = run_sparkpair(pristine_pair.inventory, "setup-network", "--restore")
-    assert restored.code == 0, restored.text
-    assert not pristine_pair.has_netplan("spark-a") and not pristine_pair.has_netplan("spark-b")
-    applied = run_sparkpair(pristine_pair.inventory, "setup-network", "--yes")
-    assert applied.code == 0 and "SSH trust verified" in applied.out, applied.text
-    for node, content in wanted.items():  # what the interrupted run left was the whole file, or nothing
-        assert content in ("", pristine_pair.exec(node, "cat /etc/netplan/40-sparkpair-cx7.yaml").stdout)
+        assert re.search(rf"^{node}: now enp1s0f1np1 down mtu 1500 no address", run.err, re.M), run.err
+    _undone(run, pristine_pair, before, "applying the network")
 
 
-def test_sigint_while_verifying_keeps_the_applied_network_and_says_so(pristine_pair) -> None:
-    pristine_pair.fault("link-down")  # verification keeps polling for 20 s: a wide window for the signal
+def test_sigint_while_verifying_reverts_both_nodes(pristine_pair) -> None:
+    before = _before(pristine_pair)
+    pristine_pair.fault("link-down")  # verification keeps polling: a wide window for the signal
     run = interrupt(pristine_pair.inventory, r"\( ping -n", "-vv", "setup-network", "--yes")
-    _interrupted(run, "interrupted while verifying the link; both nodes keep the network configuration just "
-                      "applied")
-    for node in NODES:
-        assert re.search(rf"^{node}: now enp1s0f1np1 up mtu 9000 198\.19\.1\.1", run.err, re.M), run.err
-        assert pristine_pair.has_netplan(node)
-    assert_whole(pristine_pair)
+    assert "rolling back both nodes (interrupted)" in run.err
     pristine_pair.heal()
-    recovered = run_sparkpair(pristine_pair.inventory, "setup-network", "--yes")
-    assert recovered.code == 0 and "link verified" in recovered.out and "SSH trust verified" in recovered.out, \
-        recovered.text
+    _undone(run, pristine_pair, before, "verifying the link")
+
+
+def test_sigint_during_the_key_exchange_undoes_the_whole_run(pristine_pair) -> None:
+    before = _before(pristine_pair)
+    run = interrupt(pristine_pair.inventory, r"^spark-.: make ~/.ssh/id_ed25519", "setup-network", "--yes")
+    assert re.search(r"^spark-.: undone: .*restored /etc/netplan|^spark-.: undone: .*removed /etc/netplan", run.err,
+                     re.M), run.err
+    _undone(run, pristine_pair, before, "exchanging SSH keys")
+
+
+def test_sigint_while_a_cut_off_node_comes_back_still_ends_with_both_as_before(pristine_pair) -> None:
+    before = _before(pristine_pair)
+    pristine_pair.fault("strand-on-apply", node="spark-b")
+    run = interrupt(pristine_pair.inventory, r"spark-b: not reachable; its watchdog puts it back by itself",
+                    "setup-network", "--yes", "--confirm-timeout", "15")
+    assert re.search(r"^spark-b: came back by itself", run.err, re.M), run.err
+    pristine_pair.heal()
+    _interrupted(run, "interrupted while rolling back; ")
+    assert "both nodes are as before" in run.err
+    assert _before(pristine_pair) == before
+    assert_whole(pristine_pair)
+    nothing_left_running(pristine_pair)
+
+
+def test_sigint_during_restore_finishes_it_on_both_nodes(pristine_pair) -> None:
+    before = _before(pristine_pair)
+    assert run_sparkpair(pristine_pair.inventory, "setup-network", "--yes").code == 0
+    run = interrupt(pristine_pair.inventory, r"ls -A /home/nvidia/.sparkpair/first-touch", "-vv", "setup-network",
+                    "--restore")
+    _interrupted(run, "interrupted during --restore; each node finished restoring first: both nodes are as planned "
+                      "(restored, above)")
+    for node in NODES:
+        assert re.search(rf"^{node}: .*removed {NETPLAN}", run.out, re.M), run.out
+    assert _before(pristine_pair) == before
+    assert_whole(pristine_pair)
+    again = run_sparkpair(pristine_pair.inventory, "setup-network", "--restore")
+    assert again.code == 0 and again.out.count("nothing to restore") == 2, again.text
 
 
 # --- launch -----------------------------------------------------------------------------------------
 
 def test_sigint_while_starting_containers_reports_them_and_launch_reuses_them(stopped) -> None:
-    run = interrupt(stopped.inventory, r"\$ test -d /dev/infiniband", "-vv", "launch", "--timeout", "120")
+    run = interrupt(stopped.inventory, r"p=/dev/infiniband", "-vv", "launch", "--timeout", "120")
     _interrupted(run, "interrupted while starting the engine containers; spark-a: engine container "
                       f"{CONTAINER} running, engine not started; spark-b: engine container {CONTAINER} running")
     assert "Continue with: sparkpair launch qwen3-235b; undo with: sparkpair stop" in run.err
@@ -188,7 +234,7 @@ def test_sigint_while_starting_containers_reports_them_and_launch_reuses_them(st
 def test_sigint_during_model_download_ends_it_and_launch_resumes(slow, stopped) -> None:
     for node in NODES:
         stopped.exec(node, f"rm -rf {MODELS}")
-    run = interrupt(slow, r"FP4: .*downloaded \d+ bytes", "launch", "--timeout", "120")
+    run = interrupt(slow, r"downloading nvidia/Qwen3-235B-A22B-FP4: (?!0 B)[\d.]+ [KMG]?i?B", "launch", "--timeout", "120")
     _interrupted(run, "interrupted while getting the models onto every node (a rerun resumes); spark-a: engine "
                       f"container {CONTAINER} running, engine not started")
     assert_whole(stopped)

@@ -6,12 +6,11 @@ import json
 import time
 from pathlib import Path
 
-import pytest
 import openai
+import pytest
 import yaml
-from openai import OpenAI
-
 from conftest import run_sparkpair
+from openai import OpenAI
 
 MODEL = "nvidia/Qwen3-235B-A22B-FP4"
 HEAD_URL = "http://198.18.0.11:8355/v1"
@@ -108,7 +107,8 @@ def test_wrong_interface_is_diagnosed_from_the_ranks_logs_and_torn_down(stopped,
     run = run_sparkpair(inventory, "launch", "--timeout", "60")
     assert run.code == 1
     assert "NCCL WARN Bootstrap : no socket interface found" in run.err
-    assert "cause: NCCL or Gloo bound the wrong network interface" in run.err
+    assert "error: cause fabric.interface: NCCL, Gloo, UCX or Open MPI was told to use a network interface" in run.err
+    assert "fix: name the Up QSFP twins (ibdev2netdev)" in run.err and "docs/runbooks.md#fabric-interface" in run.err
     for node in ("spark-a", "spark-b"):
         assert "trtllm-multinode" not in _containers(stopped, node)
 
@@ -122,6 +122,9 @@ def test_sshd_transport_serves_too(stopped, tmp_path: Path) -> None:
         assert int(listening) > 0, "no sshd listens on the worker's sshd_port"
         mpi_sessions = stopped.exec("spark-b", "ss -Htn state established 'sport = :2233' | wc -l").stdout.strip()
         assert int(mpi_sessions) > 0, "mpirun did not reach the worker through the container's sshd"
+        # the worker's rank came through sshd: its own NCCL settings reach it from the container's environment
+        # (the variant inventory lists the twins in yaml's sorted order: NCCL_IB_HCA follows the inventory)
+        assert sorted(_rank_env(stopped, "spark-b", "NCCL_IB_HCA").split(",")) == ["roceP2p1s0f1", "rocep1s0f1"]
         answer = OpenAI(base_url=HEAD_URL, api_key="none").completions.create(model=MODEL, prompt="a", max_tokens=4)
         assert answer.usage.completion_tokens == 4
     finally:
@@ -157,3 +160,52 @@ def test_dry_run_starts_nothing(stopped, sparkpair) -> None:
     assert "serve: mpirun -np 2" in run.out and "trtllm-llmapi-launch trtllm-serve" in run.out
     for node in ("spark-a", "spark-b"):
         assert "trtllm-multinode" not in _containers(stopped, node)
+
+
+def _engine_env(bed, node: str, name: str) -> str:
+    """NAME in the environment of the node's engine container (what `docker run --env-file` gave it)."""
+    return bed.exec(node, f"docker exec trtllm-multinode printenv {name}", check=False).stdout.strip()
+
+
+def _rank_env(bed, node: str, name: str) -> str:
+    """NAME in the environment of the node's rank (the trtllm-serve process inside its engine container)."""
+    script = f"pid=$(pgrep -f '[t]rtllm-serve' | head -n 1); tr '\\0' '\\n' < /proc/$pid/environ | sed -n 's/^{name}=//p'"
+    return bed.exec(node, ["docker", "exec", "trtllm-multinode", "sh", "-c", script]).stdout.strip()
+
+
+def test_each_node_runs_with_its_own_roce_gid_index(stopped, sparkpair) -> None:
+    """With the IPv4 RoCE v2 GID at index 3 on the head and 5 on the worker, doctor says so and a launch gives each
+    node's container and rank its own NCCL_IB_GID_INDEX and NCCL_IB_HCA, asked of that node."""
+    stopped.fault("roce-gid-differs")
+    found = json.loads(sparkpair("doctor", "--only", "links.roce", "--json").out)["findings"]
+    pair_rows = [f for f in found if f["node"] == "pair"]
+    assert [f["status"] for f in pair_rows] == ["WARN"] and "index 3 on spark-a and 5 on spark-b" in pair_rows[0]["detail"]
+    run = sparkpair("launch", "--timeout", "120")
+    assert run.code == 0, run.text
+    for node, index in (("spark-a", "3"), ("spark-b", "5")):
+        assert _engine_env(stopped, node, "NCCL_IB_GID_INDEX") == index, node
+        assert _engine_env(stopped, node, "NCCL_IB_HCA") == "rocep1s0f1,roceP2p1s0f1", node
+        assert _rank_env(stopped, node, "NCCL_IB_GID_INDEX") == index, node   # never the head's value through -x
+    state = json.loads(stopped.exec("spark-a", "cat /home/nvidia/.sparkpair/state/launch.json").stdout)
+    assert state["fabric"]["nodes"]["spark-b"]["NCCL_IB_GID_INDEX"] == "5" and state["fabric"]["proof"] is None
+
+
+def test_one_gid_index_for_nodes_that_differ_is_refused_with_the_per_node_values(stopped, tmp_path: Path) -> None:
+    stopped.fault("roce-gid-differs")
+    inventory = _variant(stopped, tmp_path, container__env={"NCCL_IB_GID_INDEX": "3"})
+    run = run_sparkpair(inventory, "launch", "--timeout", "60")
+    assert run.code == 1 and "launch-critical check(s) FAIL; nothing was started" in run.err
+    for token in ("links.roce", "NCCL_IB_GID_INDEX=3", "NCCL_IB_GID_INDEX=5", "container.env"):
+        assert token in run.out, token
+    for node in ("spark-a", "spark-b"):
+        assert "trtllm-multinode" not in _containers(stopped, node)
+
+
+def test_check_fabric_stops_a_socket_fallback_before_any_model_loads(stopped, sparkpair) -> None:
+    run = sparkpair("launch", "--check-fabric", "--timeout", "60")
+    assert run.code == 1
+    assert "--check-fabric: NCCL over RoCE is not proven" in run.err and "no model was loaded" in run.err
+    assert "deep.nccl" in run.out and "Socket" in run.out and "FAIL" in run.out
+    assert "proving the fabric" in run.err and "starting: mpirun" not in run.err
+    for node in ("spark-a", "spark-b"):
+        assert "trtllm-multinode" not in _containers(stopped, node)   # neither the engine nor the -doctor one

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from conftest import STATE_DIR, run_sparkpair
+from conftest import run_sparkpair
+from sparkpair_testbed.layout import STATE_DIR  # the nodes' private files: STATE_DIR/nodes/NODE
 
 MODELS = ("nvidia/Qwen3-235B-A22B-FP4", "nvidia/Qwen3-235B-A22B-Eagle3")
 CONTAINER = "trtllm-multinode"
@@ -108,7 +108,7 @@ def _full_cycle(bed, inventory: Path, env: dict[str, str]) -> list:
     launch = _sparkpair(inventory, env, "launch", "--timeout", "120")
     assert launch.code == 0, launch.text
     assert any(f"{MODELS[0]}: " in line and "downloaded" in line for line in launch.err.splitlines()), \
-        "the gated model was not downloaded with the token"
+        f"the gated model was not downloaded with the token:\n{launch.err}"
     status = _sparkpair(inventory, env, "status")
     assert status.code == 0 and "serving" in status.out, status.text
     return [launch, status]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 from pathlib import Path
@@ -12,10 +13,14 @@ import sparkpair.bench as bench
 from sparkpair.bench.client import Endpoint
 from sparkpair.bench.configs import plan_configs
 from sparkpair.bench.prompts import load_prompts
+from sparkpair.cli import main
+from sparkpair.cli.app import App
+from sparkpair.engine.state import LaunchState
 from sparkpair.errors import Interrupted, SparkpairError, UsageError
 from sparkpair.inventory import read_inventory
+from sparkpair.progress import Event, silent
 
-FOUND = bench.Serving({"profile": "qwen3-235b", "image_id": "sha256:x"}, ["spark-a"],
+FOUND = bench.Serving(LaunchState("qwen3-235b", ["spark-a"], 0.0, "mpirun ...", image_id="sha256:x"), ["spark-a"],
                       Endpoint("198.18.0.11", 8355, "nvidia/Qwen3-235B-A22B-FP4"))
 
 
@@ -28,7 +33,8 @@ def relaunches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Records every relaunch and restore; measuring a configuration yields nothing."""
     done: list[str] = []
     monkeypatch.setattr(bench, "_measure_config", lambda *args: ([], []))
-    monkeypatch.setattr(bench, "_restore", lambda pair, config, nodes, raise_on_failure=True: done.append("restore"))
+    monkeypatch.setattr(bench, "_restore",
+                        lambda pair, config, nodes, progress, raise_on_failure=True: done.append("restore"))
     return done
 
 
@@ -40,12 +46,13 @@ def test_ctrl_c_during_a_relaunch_restores_nothing_and_says_how(
         relaunches.append("relaunch")
         raise interrupt
 
-    warnings: list[str] = []
+    events: list[Event] = []
     monkeypatch.setattr(bench, "_relaunch", relaunch)
-    monkeypatch.setattr(bench.report, "warning", warnings.append)
     configs = plan_configs(read_inventory(example_inventory_path), "qwen3-235b", [2], compare_baseline=False)
     with pytest.raises(type(interrupt)):
-        bench._measure_all(None, configs, FOUND, load_prompts(None), _options(tmp_path))  # type: ignore[arg-type]
+        bench._measure_all(None, configs, FOUND, load_prompts(None), _options(tmp_path),  # type: ignore[arg-type]
+                           events.append)
+    warnings = [event.text for event in events if event.level == "warning"]
     assert relaunches == ["relaunch"]
     assert len(warnings) == 1 and "`sparkpair launch qwen3-235b` restores the profile" in warnings[0]
 
@@ -58,7 +65,8 @@ def test_a_failed_relaunch_still_restores_the_profile(example_inventory_path: Pa
     monkeypatch.setattr(bench, "_relaunch", relaunch)
     configs = plan_configs(read_inventory(example_inventory_path), "qwen3-235b", [2], compare_baseline=False)
     with pytest.raises(SparkpairError, match="relaunching failed"):
-        bench._measure_all(None, configs, FOUND, load_prompts(None), _options(tmp_path))  # type: ignore[arg-type]
+        bench._measure_all(None, configs, FOUND, load_prompts(None), _options(tmp_path),  # type: ignore[arg-type]
+                           silent)
     assert relaunches == ["restore"]
 
 
@@ -84,10 +92,19 @@ def test_a_failed_write_keeps_the_measured_results_on_stdout(example_inventory_p
     monkeypatch.setattr(bench, "_measure_all", lambda *args: ([{"config": "draft 3 (launched)", "max_draft_len": 3,
                                                                 "concurrency": 1, "requests": 1,
                                                                 "aggregate_tokens_per_s": 10.0}], []))
+    monkeypatch.setattr(App, "pair", lambda self, **options: contextlib.nullcontext(NoConnect()))
     out = tmp_path / "bench"
-    with pytest.raises(SparkpairError) as raised:
-        bench.run_bench(None, read_inventory(example_inventory_path), _options(out))  # type: ignore[arg-type]
-    assert raised.value.lines() == [f"could not write {out}/draft_len.png: No space left on device; the results above "
-                                    "were measured but not saved (fix: free space or fix permissions under --out, "
-                                    "or pass another --out, and rerun)"]
-    assert json.loads(capsys.readouterr().out)["rows"][0]["config"] == "draft 3 (launched)"
+    code = main(["-i", str(example_inventory_path), "bench", "--json", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.err.strip() == (f"error: could not write {out}/draft_len.png: No space left on device; the results "
+                                    "above were measured but not saved (fix: free space or fix permissions under "
+                                    "--out, or pass another --out, and rerun)")
+    assert json.loads(captured.out)["rows"][0]["config"] == "draft 3 (launched)"
+
+
+class NoConnect:
+    """A pair that is never used: bench's node-facing steps are replaced in the test."""
+
+    def connect(self) -> None:
+        pass

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkpair.bench import client as benchclient, record as benchrecord
+from sparkpair.bench import client as benchclient
+from sparkpair.bench import record as benchrecord
 from sparkpair.bench.configs import plan_configs
 from sparkpair.bench.prompts import load_prompts
 from sparkpair.bench.stats import (

@@ -18,7 +18,7 @@ def test_example_loads_with_defaults_filled(example_inventory_path: Path) -> Non
     inv = read_inventory(example_inventory_path)
     assert [n.name for n in inv.nodes] == ["spark-a", "spark-b"]
     assert inv.head.port == 22 and inv.worker.port == 22
-    assert str(inv.worker.links["enP2p1s0f1np1"]) == "192.168.200.15/24"
+    assert str(inv.worker.links["enP2p1s0f1np1"]) == "192.168.101.11/24"
     assert inv.container.mpi_transport == "exec" and inv.server.port == 8355
     assert inv.profile().target == "nvidia/Qwen3-235B-A22B-FP4"
 

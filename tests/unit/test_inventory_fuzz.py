@@ -8,8 +8,8 @@ from typing import Any
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from mutation import mutate, value_paths
+
 from sparkpair.cli import main
 from sparkpair.errors import InventoryError
 from sparkpair.inventory import parse_inventory

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from sparkpair import lock
+from sparkpair.transport import lock
 
 
 class FakeHead:

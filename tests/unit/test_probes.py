@@ -1,7 +1,10 @@
-"""Probe parsers against output captured from the simulated pair and from real tools."""
+"""Probe parsers on what real machines printed (tests/fixtures/probes/real, sources in its SOURCES.md),
+on what the simulated pair's stand-ins print (standin/), and on real tools run on this machine or the
+pair (the top level; SOURCES.md says which file is which)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -9,10 +12,21 @@ from sparkpair.probes import Probe, ProbeFailure, batch_script, host, models, ne
 from sparkpair.transport import Shell
 
 CAPTURED = Path(__file__).parent.parent / "fixtures" / "probes"
+GIB_KB = 1024 * 1024
 
 
 def captured(name: str) -> str:
     return (CAPTURED / name).read_text()
+
+
+def real(name: str) -> str:
+    """A real machine's output (tests/fixtures/probes/real)."""
+    return (CAPTURED / "real" / name).read_text()
+
+
+def standin(name: str) -> str:
+    """What a stand-in of the simulated pair printed (tests/fixtures/probes/standin)."""
+    return (CAPTURED / "standin" / name).read_text()
 
 
 def test_interfaces_fresh_node_has_twins_down_without_addresses() -> None:
@@ -29,15 +43,15 @@ def test_default_route_and_ssh_session() -> None:
     assert net.parse_ssh_session("") == ""
 
 
-def test_ibdev2netdev_maps_roce_devices_to_netdevs() -> None:
-    devices = net.parse_ibdev2netdev(captured("ibdev2netdev-down.txt"))
-    assert devices["enP2p1s0f1np1"] == ("roceP2p1s0f1", False) and len(devices) == 4
-    assert net.parse_ibdev2netdev("rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)\n") == {"enp1s0f1np1": ("rocep1s0f1", True)}
+def test_ethtool_speed_and_link_on_real_sparks() -> None:
+    assert net.parse_ethtool(real("ethtool-grep-speed__1.txt")) == net.Ethtool(200000, True)  # spaces as published
+    assert net.parse_ethtool(real("ethtool-grep-speed__3.txt")).speed_mbps == 200000            # TAB, as ethtool prints
+    assert net.parse_ethtool(real("ethtool-grep-speed-100g.txt")).speed_mbps == 100000          # a switch at 100G
 
 
-def test_ethtool_speed_and_link() -> None:
-    assert net.parse_ethtool(captured("ethtool-no-link.txt")) == net.Ethtool(None, False)
-    assert net.parse_ethtool("\tSpeed: 200000Mb/s\n\tLink detected: yes\n") == net.Ethtool(200000, True)
+def test_ethtool_on_the_standin() -> None:
+    assert net.parse_ethtool(standin("ethtool-linked.txt")) == net.Ethtool(200000, True)
+    assert net.parse_ethtool(standin("ethtool-no-link.txt")) == net.Ethtool(None, False)
 
 
 def test_ping_summaries() -> None:
@@ -46,6 +60,49 @@ def test_ping_summaries() -> None:
     lost = net.parse_ping(captured("ping-lost.txt"))
     assert not lost.ok and lost.sent == 2 and lost.received == 0
     assert not net.parse_ping(captured("ping-df-too-big.txt")).ok
+
+
+def test_a_jumbo_ping_on_real_sparks_and_one_refused_by_the_local_mtu() -> None:
+    jumbo = net.parse_ping(real("ping-M-do-s8972__1.txt"))  # an excerpt: one reply, no statistics
+    assert jumbo == net.PingResult(1, 1, 0.644) and jumbo.ok
+    refused = net.parse_ping(captured("ping-local-mtu-error.txt"))  # `3 packets transmitted, 0 received, +3 errors`
+    assert refused == net.PingResult(3, 0, None) and not refused.ok and refused.lost == 3
+
+
+def ip_text(text: str) -> dict[str, tuple[frozenset[str], int, str, list[str]]]:
+    """What `ip a` text says of each interface: flags, MTU, MAC, IPv4 addresses (to check the JSON
+    transcriptions of the real samples against the text they came from)."""
+    found: dict[str, tuple[frozenset[str], int, str, list[str]]] = {}
+    name = ""
+    for line in text.splitlines():
+        if header := re.match(r"^\s*\d+: (\S+): <([^>]*)> mtu (\d+)", line):
+            name = header.group(1)
+            found[name] = (frozenset(header.group(2).split(",")), int(header.group(3)), "", [])
+        elif mac := re.match(r"\s+link/\S+ (\S+)", line):
+            flags, mtu, _, addresses = found[name]
+            found[name] = (flags, mtu, mac.group(1), addresses)
+        elif inet := re.match(r"\s+inet (\S+)", line):
+            found[name][3].append(inet.group(1))
+    return found
+
+
+def test_interfaces_of_real_sparks() -> None:
+    for sample in ("ip-addr__1", "ip-addr-show-enP7s7__1", "ip-addr-show-enp1s0f0np0__1"):
+        parsed = net.parse_interfaces(real(f"{sample}.json"))
+        text = ip_text(real(f"{sample}.txt"))
+        assert set(parsed) == set(text), sample
+        for name, (flags, mtu, mac, ipv4) in text.items():
+            interface = parsed[name]
+            assert (interface.mtu, interface.mac, interface.ipv4) == (mtu, mac, ipv4), name
+            assert interface.admin_up == ("UP" in flags)
+            assert interface.carrier == ("LOWER_UP" in flags and "NO-CARRIER" not in flags)
+    unplugged = net.parse_interfaces(real("ip-addr__1.json"))
+    for twin in ("enp1s0f0np0", "enp1s0f1np1", "enP2p1s0f0np0", "enP2p1s0f1np1"):
+        assert unplugged[twin].admin_up and not unplugged[twin].carrier and unplugged[twin].ipv4 == []
+    wifi = unplugged["wlP9s9"].addresses[0]
+    assert str(wifi) == "192.168.111.87/24" and wifi.dynamic
+    cabled = net.parse_interfaces(real("ip-addr-show-enp1s0f0np0__1.json"))["enp1s0f0np0"]
+    assert cabled.carrier and cabled.ipv4 == ["10.0.1.1/24"] and cabled.mtu == 1500
 
 
 def test_netplan_owners_include_match_names() -> None:
@@ -58,11 +115,60 @@ def test_netplan_owners_include_match_names() -> None:
     assert files["/etc/netplan/70-broken.yaml"].interfaces == frozenset()
 
 
-def test_host_facts() -> None:
-    assert host.parse_gpus(captured("nvidia-smi-query.csv")) == [host.Gpu(0, "NVIDIA GB10", "580.95.05", None)]
-    assert host.parse_key_values(captured("dgx-release.txt"))["DGX_NAME"] == "DGX Spark"
-    meminfo = host.parse_meminfo(captured("meminfo.txt"))
-    assert meminfo["MemAvailable"] > 0 and meminfo["MemTotal"] >= meminfo["MemAvailable"]
+def test_gpu_query_on_real_gb10s() -> None:
+    first = host.parse_gpu_query(real("nvidia-smi-query-gpu__1.txt"),
+                                 ("name", "compute_cap", "driver_version", "memory.total"))
+    assert first == [{"name": "NVIDIA GB10", "compute_cap": "12.1", "driver_version": "580.159.03",
+                      "memory.total": None}]
+    second = host.parse_gpu_query(real("nvidia-smi-query-gpu__2.txt"),
+                                  ("name", "memory.used", "memory.total", "utilization.gpu"))
+    assert second == [{"name": "NVIDIA GB10", "memory.used": None, "memory.total": None, "utilization.gpu": "0"}]
+    four_nodes = host.parse_gpu_query(real("nvidia-smi-query-gpu__3.txt"), ("name", "memory.total", "memory.free"))
+    assert four_nodes == [{"name": "NVIDIA GB10", "memory.total": None, "memory.free": None}] * 4  # headers skipped
+
+
+def test_gpus_on_the_standin_and_on_a_gpu_with_its_own_memory() -> None:
+    assert host.parse_gpus(standin("nvidia-smi-query.csv")) == [host.Gpu(0, "NVIDIA GB10", "580.95.05", None)]
+    header = host.parse_gpu_query(standin("nvidia-smi-query-header.csv"), ("name", "memory.total", "memory.free"))
+    assert header == [{"name": "NVIDIA GB10", "memory.total": None, "memory.free": None}]
+    # hand-made: a discrete GPU's row, with and without units
+    assert host.parse_gpus("0, NVIDIA H100 80GB HBM3, 580.95.05, 81559\n1, NVIDIA H100 80GB HBM3, 580.95.05, 81559 MiB\n") \
+        == [host.Gpu(0, "NVIDIA H100 80GB HBM3", "580.95.05", 81559), host.Gpu(1, "NVIDIA H100 80GB HBM3", "580.95.05", 81559)]
+    assert host.parse_gpus("") == []
+
+
+def test_dgx_release_in_every_real_layout() -> None:
+    ota = host.parse_dgx_release(real("dgx-release__1.txt"))
+    assert (ota.name, ota.pretty_name, ota.version, ota.factory_version, ota.ota_versions) == \
+        ("DGX Spark", "NVIDIA DGX Spark", "7.5.0", "7.2.3", ("7.5.0",)) and ota.is_spark
+    factory = host.parse_dgx_release(real("dgx-release-factory.txt"))
+    assert (factory.version, factory.factory_version, factory.ota_versions) == ("7.2.3", "7.2.3", ())
+    history = host.parse_dgx_release(real("dgx-release-ota-history.txt"))
+    assert (history.version, history.ota_versions, history.platform) == \
+        ("7.6.0", ("7.3.1", "7.4.0", "7.5.0", "7.6.0"), "GX10")
+    bare = host.parse_dgx_release(real("dgx-release-unquoted.txt"))
+    assert (bare.name, bare.platform, bare.version, bare.factory_version) == \
+        ("DGX Spark", "HP ZGX Nano G1n AI Station", "7.5.0", "7.2.3") and bare.is_spark
+    assert host.parse_key_values(real("dgx-release-unquoted.txt"))["DGX_OTA_DATE"] == "Fri Jun 19 14:17:10 EDT 2026"
+    node = host.parse_dgx_release(standin("dgx-release.txt"))
+    assert (node.name, node.version, node.factory_version) == ("DGX Spark", "7.5.0", "7.2.3")
+    assert not host.parse_dgx_release("").is_spark
+
+
+def test_meminfo_of_a_simulated_gb10_and_of_this_machine() -> None:
+    gb10 = host.parse_meminfo(standin("meminfo.txt"))
+    assert 119 * GIB_KB < gb10["MemTotal"] < 122 * GIB_KB and gb10["MemTotal"] > gb10["MemAvailable"] > gb10["MemFree"]
+    assert gb10["Active(anon)"] > 0 and gb10["HugePages_Total"] == 0
+    machine = host.parse_meminfo(captured("meminfo.txt"))
+    assert machine["MemAvailable"] > 0 and machine["MemTotal"] >= machine["MemAvailable"]
+
+
+def test_free_space_from_df() -> None:
+    assert host.parse_int(captured("df-avail.txt")) == 82809729024  # GNU coreutils: header, then the number
+    assert host.parse_int(standin("df-avail.txt")) > 3000 * 1024 ** 3  # the simulated Spark's 3.7T NVMe
+
+
+def test_identity() -> None:
     identity = host.parse_identity("1000\nnvidia\nnvidia sudo docker\nspark-a\n")
     assert identity.uid == 1000 and "docker" in identity.groups and identity.hostname == "spark-a"
 
@@ -86,9 +192,9 @@ def test_manifest_of_a_hub_cache_repo() -> None:
 
 
 def test_batch_runs_probes_concurrently_and_keeps_failures(tmp_path: Path) -> None:
-    probes = [Probe("sleep-a", Shell("sleep 0.5; echo {}", "a b"), str),
-              Probe("sleep-b", Shell("sleep 0.5; echo oops >&2; exit 4"), str, ok_codes=(0,))]
+    probes = [Probe("sleep-a", (), Shell("sleep 0.5; echo {}", "a b"), str),
+              Probe("sleep-b", (), Shell("sleep 0.5; echo oops >&2; exit 4"), str, ok_codes=(0,))]
     result = subprocess.run(["sh", "-c", batch_script(probes).text], capture_output=True, text=True, timeout=5)
     raw = parse_batch(result.stdout)
-    assert raw == {"sleep-a": (0, "a b\n", ""), "sleep-b": (4, "", "oops\n")}
+    assert raw == {0: (0, "a b\n", ""), 1: (4, "", "oops\n")}
     assert str(ProbeFailure("sleep-b", 4, "oops\n")) == "sleep-b: oops"

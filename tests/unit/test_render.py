@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkpair import llmapi, recipe, render
+from sparkpair import render
 from sparkpair.errors import RenderError
 from sparkpair.inventory import parse_inventory, read_inventory
+from sparkpair.render import engine_config, recipe
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "example"
 OTHER_PORT = Path(__file__).parent.parent / "fixtures" / "inventory" / "other-port.yaml"
@@ -69,14 +70,14 @@ def test_other_port_renders_with_no_trace_of_the_defaults() -> None:
     for default in ("enp1s0f1np1", "enP2p1s0f1np1", "rocep1s0f1", "roceP2p1s0f1", "192.168.200", "spark-a",
                     "spark-b", "8355", "2233", "trtllm-multinode", "nvcr.io", ".cache/huggingface", "9000"):
         assert default not in text, default
-    assert "enp1s0f0np0,enP2p1s0f0np0" in text and "rocep1s0f0,roceP2p1s0f0" in text
+    assert "enp1s0f0np0,enP2p1s0f0np0" in text and "NCCL_IB_HCA=" not in text  # asked of each node at launch
     assert "198.18.7.1 slots=1\n198.18.7.2 slots=1" in text
 
 
 def test_hostfile_lists_first_link_of_each_node_head_first(example_inventory_path: Path) -> None:
     content = render.hostfile(read_inventory(example_inventory_path)).content
     assert [line for line in content.splitlines() if not line.startswith("#")] == \
-        ["192.168.200.12 slots=1", "192.168.200.13 slots=1"]
+        ["192.168.100.10 slots=1", "192.168.100.11 slots=1"]
 
 
 def test_container_env_has_no_secret(example_inventory_path: Path) -> None:
@@ -84,9 +85,18 @@ def test_container_env_has_no_secret(example_inventory_path: Path) -> None:
     assert "HF_TOKEN=" not in content and "HF_TOKEN_PATH=/sparkpair/secrets/hf_token" in content
 
 
-def test_roce_device_names_follow_ibdev2netdev() -> None:
-    assert [recipe.roce_device(n) for n in ("enp1s0f0np0", "enp1s0f1np1", "enP2p1s0f0np0", "enP2p1s0f1np1")] == \
-        ["rocep1s0f0", "rocep1s0f1", "roceP2p1s0f0", "roceP2p1s0f1"]
+def test_each_nodes_fabric_goes_into_its_own_container_env_and_is_never_forwarded(
+        example_inventory_path: Path) -> None:
+    inv = read_inventory(example_inventory_path)
+    offline = render.container_env_file(inv).content
+    assert "NCCL_IB_HCA=" not in offline and "NCCL_IB_GID_INDEX=" not in offline
+    assert "sparkpair launch asks each node" in offline
+    worker = render.container_env_file(inv, recipe.NodeFabric(("rocep1s0f1", "roceP2p1s0f1"), 5)).content
+    assert "NCCL_IB_HCA=rocep1s0f1,roceP2p1s0f1\nNCCL_IB_GID_INDEX=5\n" in worker
+    assert "NCCL_IB_GID_INDEX" not in render.container_env_file(inv, recipe.NodeFabric(("rocep1s0f1",))).content
+    argv = recipe.mpirun_argv(inv, inv.profile("qwen3-235b"))
+    forwarded = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
+    assert not forwarded & set(recipe.PER_NODE_ENV)  # -x would hand every rank the head's values
 
 
 def _with_profile(example_inventory_path: Path, override: dict) -> object:
@@ -97,7 +107,7 @@ def _with_profile(example_inventory_path: Path, override: dict) -> object:
 
 def test_unknown_yaml_key_is_named_by_its_path(example_inventory_path: Path) -> None:
     inv = _with_profile(example_inventory_path, {"llm_api": {"kv_cache_config": {"free_gpu_mem": 0.5}}})
-    with pytest.raises(RenderError, match=r"kv_cache_config\.free_gpu_mem: unknown TensorRT-LLM 1.3 option"):
+    with pytest.raises(RenderError, match=r"kv_cache_config\.free_gpu_mem: not an option of TensorRT-LLM 1\.3\.0rc12"):
         render.llm_api_config(inv, "qwen3-235b")
 
 
@@ -108,17 +118,20 @@ def test_yaml_key_that_collides_with_a_flag_is_refused(example_inventory_path: P
 
 
 def test_version_dependent_and_speculative_keys_are_checked() -> None:
-    problems = llmapi.option_problems({"sleep_config": {}, "speculative_config": {
+    problems = engine_config.option_problems({"per_request_spec_decode_stats": True, "speculative_config": {
         "decoding_type": "Eagle", "max_draft_len": 0, "draft_heads": 2}}, set())
-    assert any(p.startswith("sleep_config: exists only in other") for p in problems)
-    assert any(p.startswith("speculative_config.draft_heads: unknown") for p in problems)
-    assert any(p.startswith("speculative_config.max_draft_len: must be") for p in problems)
-    assert any(p.startswith("speculative_config.speculative_model_dir: the draft") for p in problems)
+    assert any(p.startswith("per_request_spec_decode_stats: not an option of TensorRT-LLM 1.3.0rc12")
+               and p.endswith("it exists in TensorRT-LLM 1.4.0rc0") for p in problems)
+    assert any(p.startswith("speculative_config.draft_heads: not an option of") for p in problems)
+    assert len(problems) == 2, "a model with a refused key is not validated further (as pydantic does)"
+    problems = engine_config.option_problems({"speculative_config": {"decoding_type": "Eagle", "max_draft_len": 0}}, set())
+    assert problems == ["speculative_config.max_draft_len: TensorRT-LLM 1.3.0rc12 needs an integer >= 1 for "
+                        "EagleDecodingConfig (TensorRT-LLM's validate_eagle_config refuses 0)"]
 
 
 def test_unknown_serve_flag_is_refused(example_inventory_path: Path) -> None:
     inv = _with_profile(example_inventory_path, {"serve_args": {"max_tokens": 10}})
-    with pytest.raises(RenderError, match=r"--max_tokens: not a trtllm-serve 1.3 flag"):
+    with pytest.raises(RenderError, match=r"--max_tokens: not a trtllm-serve flag of TensorRT-LLM 1\.3\.0rc12"):
         render.llm_api_config(inv, "qwen3-235b")
 
 

@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from sparkpair import steps, trust
+from sparkpair import apply
+from sparkpair.apply import executor
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import read_inventory
-from sparkpair.probes import ProbeFailure
+from sparkpair.network import trust
+from sparkpair.probes import NodeFacts, ProbeFailure, ssh
 from sparkpair.transport import CommandResult, Shell
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -24,7 +26,7 @@ def _files(public: str | None, private: bool) -> trust.SshFiles:
 
 
 def _probe_locally(home: Path) -> str:
-    return subprocess.run(["sh", "-c", trust.SSH_FILES.command.text], capture_output=True, text=True, timeout=5,
+    return subprocess.run(["sh", "-c", ssh.SSH_FILES.command.text], capture_output=True, text=True, timeout=5,
                           env={**os.environ, "HOME": str(home)}).stdout
 
 
@@ -33,11 +35,11 @@ def test_ssh_files_probe_reports_the_private_key_without_reading_it(tmp_path: Pa
     (tmp_path / ".ssh" / "id_ed25519").write_text("SECRET-KEY-BYTES\n")
     output = _probe_locally(tmp_path)
     assert "SECRET-KEY-BYTES" not in output
-    files = trust.parse_ssh_files(output)
+    files = ssh.parse_ssh_files(output)
     assert files.private_key and files.public_key is None and files.authorized_keys is None
     (tmp_path / ".ssh" / "id_ed25519").unlink()
     (tmp_path / ".ssh" / "id_ed25519.pub").write_text(f"{' '.join(HOST_KEY)} me@here\n")
-    files = trust.parse_ssh_files(_probe_locally(tmp_path))
+    files = ssh.parse_ssh_files(_probe_locally(tmp_path))
     assert not files.private_key and files.public_key == f"{' '.join(HOST_KEY)} me@here"
 
 
@@ -57,11 +59,11 @@ def test_an_existing_private_key_without_its_pub_is_never_overwritten() -> None:
 
 
 def test_a_failed_ssh_files_probe_is_an_error_naming_the_node() -> None:
-    facts = {"spark-a": {"ssh_files": _files(None, False)},
-             "spark-b": {"ssh_files": ProbeFailure("ssh_files", 1, "cat: .ssh/known_hosts: Permission denied\n")}}
+    facts = {"spark-a": NodeFacts({ssh.SSH_FILES: _files(None, False)}),
+             "spark-b": NodeFacts({ssh.SSH_FILES: ProbeFailure("ssh files", 1, "cat: .ssh/known_hosts: Permission denied\n")})}
     with pytest.raises(SparkpairError) as raised:
         trust.ssh_files(facts)
-    assert raised.value.lines() == ["spark-b: ssh_files: cat: .ssh/known_hosts: Permission denied"]
+    assert raised.value.lines() == ["spark-b: ssh files: cat: .ssh/known_hosts: Permission denied"]
 
 
 def test_known_hosts_learns_the_peer_key_under_every_name_it_answers_to() -> None:
@@ -100,10 +102,10 @@ class FakeNode:
 def test_restore_puts_back_a_file_a_command_overwrote_instead_of_deleting_it() -> None:
     private, public = "/home/nvidia/.ssh/id_ed25519", "/home/nvidia/.ssh/id_ed25519.pub"
     node = FakeNode({private})
-    journal = steps.Journal("trust", "20250101-000000")
-    steps._run_action(node, journal, steps.RunCommand(Shell("true"), creates=(trust.KEY, f"{trust.KEY}.pub")))
+    journal = apply.Journal("trust", "20250101-000000")
+    executor._run_action(node, journal, apply.RunCommand(Shell("true"), creates=(trust.KEY, f"{trust.KEY}.pub")))
     assert [(e["path"], bool(e["backup"])) for e in journal.entries] == [(private, True), (public, False)]
-    done = steps.restore(node, journal)
+    done = apply.restore(node, journal)
     assert done == [f"removed {public}", f"restored {private}"]
     assert f"rm -f {private}" not in node.log and f"cp -a /home/nvidia/.sparkpair/backups/20250101-000000/" \
         f"home%nvidia%.ssh%id_ed25519 {private}" in node.log

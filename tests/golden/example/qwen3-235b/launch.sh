@@ -26,11 +26,11 @@ docker exec -u "$(id -u):$(id -g)" trtllm-multinode hf download nvidia/Qwen3-235
 # stable draft path: /sparkpair/hf/sparkpair-models/nvidia--Qwen3-235B-A22B-Eagle3 -> ../hub/models--nvidia--Qwen3-235B-A22B-Eagle3/snapshots/$(cat refs/main)
 
 # 5. Models to spark-b over the QSFP link  [on spark-a]
-rsync -a --partial --mkpath -e 'ssh -o BatchMode=yes -o StrictHostKeyChecking=yes' "$HOME/.cache/huggingface/hub/models--nvidia--Qwen3-235B-A22B-FP4" 192.168.200.13:.cache/huggingface/hub/
-rsync -a --partial --mkpath -e 'ssh -o BatchMode=yes -o StrictHostKeyChecking=yes' "$HOME/.cache/huggingface/hub/models--nvidia--Qwen3-235B-A22B-Eagle3" 192.168.200.13:.cache/huggingface/hub/
+rsync -a --partial --mkpath -e 'ssh -o BatchMode=yes -o StrictHostKeyChecking=yes' "$HOME/.cache/huggingface/hub/models--nvidia--Qwen3-235B-A22B-FP4" 192.168.100.11:.cache/huggingface/hub/
+rsync -a --partial --mkpath -e 'ssh -o BatchMode=yes -o StrictHostKeyChecking=yes' "$HOME/.cache/huggingface/hub/models--nvidia--Qwen3-235B-A22B-Eagle3" 192.168.100.11:.cache/huggingface/hub/
 
 # 6. Serve (detached; rank output in the container)  [on spark-a]
-docker exec -d trtllm-multinode sh -c 'mkdir -p /var/log/sparkpair && exec mpirun -np 2 --hostfile /sparkpair/config/openmpi-hostfile --mca plm_rsh_agent /sparkpair/config/mpi-rsh-agent --output-filename /var/log/sparkpair/ranks -x CPATH -x TRITON_PTXAS_PATH -x HF_TOKEN_PATH -x HF_HOME -x HF_HUB_OFFLINE -x NCCL_SOCKET_IFNAME -x NCCL_IB_HCA -x UCX_NET_DEVICES trtllm-llmapi-launch trtllm-serve nvidia/Qwen3-235B-A22B-FP4 --backend pytorch --max_num_tokens 1024 --tp_size 2 --extra_llm_api_options /sparkpair/config/extra-llm-api-config.yml --port 8355 --host 0.0.0.0 > /var/log/sparkpair/serve.log 2>&1'
+docker exec -d trtllm-multinode sh -c 'mkdir -p /var/log/sparkpair && exec mpirun -np 2 --hostfile /sparkpair/config/openmpi-hostfile --mca plm_rsh_agent /sparkpair/config/mpi-rsh-agent --output-filename /var/log/sparkpair/ranks -x CPATH -x TRITON_PTXAS_PATH -x HF_TOKEN_PATH -x HF_HOME -x HF_HUB_OFFLINE -x NCCL_SOCKET_IFNAME -x UCX_NET_DEVICES trtllm-llmapi-launch trtllm-serve nvidia/Qwen3-235B-A22B-FP4 --backend pytorch --max_num_tokens 1024 --tp_size 2 --extra_llm_api_options /sparkpair/config/extra-llm-api-config.yml --port 8355 --host 0.0.0.0 > /var/log/sparkpair/serve.log 2>&1'
 
 # 7. Readiness: port, /health, /v1/models, one completion  [on spark-a]
 curl -sf http://localhost:8355/health

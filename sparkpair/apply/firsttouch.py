@@ -1,0 +1,100 @@
+"""The first-touch snapshot: each file as it was before sparkpair first changed it, kept however
+many applies follow (what `setup-network --restore` goes back to).
+
+`apply_changes(..., first_touch=True)` records a path the first time it changes it: a copy
+(`cp -a`: content, mode and owner, byte for byte) or, for a path that did not exist, an
+`.absent` marker; a path already recorded is left alone. User files are recorded under
+`~/.sparkpair/first-touch`, system files (sudo) under `/var/backups/sparkpair/first-touch` (root,
+0700); a record's name is its path, percent-encoded. The flow adds what files cannot say (the
+QSFP twins' state then, `twins.json`). `records` lists a node's records, `put_back` returns one
+path to its recorded state, `clear` drops the snapshot once it has been restored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+from sparkpair import paths
+from sparkpair.transport import NodeConnection, Shell
+
+ABSENT = ".absent"
+TWINS = "twins.json"
+
+
+def store(connection: NodeConnection, sudo: bool) -> str:
+    """Where a node's records of user (sudo False) or system files live."""
+    return paths.SYSTEM_FIRST_TOUCH if sudo else paths.under_home(paths.USER_FIRST_TOUCH, connection.home)
+
+
+def record_name(path: str) -> str:
+    return quote(path, safe="")
+
+
+def record_command(connection: NodeConnection, path: str, sudo: bool) -> Shell:
+    """Record path (absolute) unless it is recorded already; atomic (a copy is renamed into place)."""
+    base = f"{store(connection, sudo)}/{record_name(path)}"
+    return Shell("if [ ! -e {} ] && [ ! -e {} ]; then mkdir -p -m 700 {} && if [ -e {} ] || [ -L {} ]; then "
+                 "cp -a {} {} && mv -f {} {}; else : > {}; fi; fi",
+                 base, base + ABSENT, store(connection, sudo), path, path, path, base + ".new", base + ".new", base,
+                 base + ABSENT)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One recorded path: where it is, whether it existed, and whether it is a system file."""
+
+    path: str
+    existed: bool
+    sudo: bool
+
+    def copy(self, connection: NodeConnection) -> str:
+        return f"{store(connection, self.sudo)}/{record_name(self.path)}"
+
+
+def records(connection: NodeConnection) -> list[Record]:
+    """Every path recorded on a node (user files first); empty when sparkpair never changed one."""
+    found = []
+    for sudo in (False, True):
+        listing = connection.run(Shell("ls -A {} 2>/dev/null || true", store(connection, sudo)), sudo=sudo).stdout
+        for name in sorted(listing.split()):
+            if name.endswith(".new") or name == TWINS:
+                continue
+            existed = not name.endswith(ABSENT)
+            path = unquote(name.removesuffix(ABSENT))
+            if path.startswith("/"):
+                found.append(Record(path, existed, sudo))
+    return found
+
+
+def twins(connection: NodeConnection) -> str | None:
+    """The QSFP twins' state recorded before sparkpair first changed them (JSON), or None."""
+    raw = connection.read(f"{store(connection, False)}/{TWINS}")
+    return raw.decode() if raw is not None else None
+
+
+def record_twins(connection: NodeConnection, snapshot: str) -> None:
+    """Keep snapshot as the twins' first-touch state, unless one is kept already."""
+    target = f"{store(connection, False)}/{TWINS}"
+    connection.check(Shell("[ -e {} ] || { mkdir -p -m 700 {} && printf '%s' {} > {} && mv -f {} {}; }",
+                           target, store(connection, False), snapshot, target + ".new", target + ".new", target))
+
+
+def put_back(connection: NodeConnection, record: Record) -> str | None:
+    """Return record's path to its recorded state; what was done, or None when it already was so."""
+    path, copy = record.path, record.copy(connection)
+    if record.existed:
+        staged = f"{path}.sparkpair-restore"
+        out = connection.check(Shell('if cmp -s {} {} && [ "$(stat -c %a.%u.%g {})" = "$(stat -c %a.%u.%g {})" ]; '
+                                     "then echo same; else cp -a {} {} && mv -f {} {} && echo done; fi",
+                                     copy, path, copy, path, copy, staged, staged, path), sudo=record.sudo)
+        return None if out.strip() == "same" else f"restored {path}"
+    out = connection.check(Shell("if [ -e {} ] || [ -L {} ]; then rm -f {} && echo done; fi", path, path, path),
+                           sudo=record.sudo)
+    return f"removed {path}" if out.strip() == "done" else None
+
+
+def clear(connection: NodeConnection) -> None:
+    """Drop a node's snapshot (after a restore: the next apply takes a new one)."""
+    connection.check(Shell("rm -rf {}", store(connection, False)))
+    connection.check(Shell("rm -rf {}", store(connection, True)), sudo=True)

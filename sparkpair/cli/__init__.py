@@ -1,0 +1,76 @@
+"""The `sparkpair` command line: a thin click layer over the library.
+
+Only click is imported at start-up (so `--help` stays fast); each command imports what it needs.
+Every expected failure ends as one-line errors and an exit code: 0 ok, 1 failure, 2 bad input
+or usage, 130 interrupted. Never a traceback: unexpected errors go to a debug log.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from sparkpair.cli import (  # noqa: F401 (each registers its commands)
+    bench,
+    bundle,
+    diagnose,
+    doctor,
+    engine,
+    inventory,
+    network,
+)
+from sparkpair.cli.app import ExitStatus, cli
+
+
+def _debug_log(error: BaseException) -> Path:
+    path = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sparkpair" / "debug.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write("".join(traceback.format_exception(error)) + "\n")
+    except OSError:
+        pass
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the CLI and turn every outcome into an exit status."""
+    from sparkpair.errors import SparkpairError
+
+    try:
+        result = cli.main(args=argv, prog_name="sparkpair", standalone_mode=False)
+        return int(result) if isinstance(result, int) else ExitStatus.OK
+    except click.exceptions.Exit as done:
+        return done.exit_code
+    except click.ClickException as error:
+        from sparkpair.inventory.messages import one_line
+
+        if not isinstance(error, getattr(click.exceptions, "NoArgsIsHelpError", ())):  # that one is the help
+            setattr(error, "message", one_line(error.message))  # noqa: B010 (click quotes the operator's words verbatim)
+        error.show()
+        return error.exit_code
+    except click.exceptions.Abort:
+        click.echo("interrupted", err=True)
+        return ExitStatus.INTERRUPTED
+    except SparkpairError as error:
+        from sparkpair import report
+
+        report.error_lines(error.lines())
+        return error.exit_code
+    except BrokenPipeError:
+        return ExitStatus.OK
+    except Exception as error:  # noqa: BLE001 (the one place that catches everything)
+        path = _debug_log(error)
+        from sparkpair.inventory.messages import one_line
+
+        click.echo(one_line(f"error: internal error ({type(error).__name__}: {error}); details in {path}"), err=True)
+        return ExitStatus.FAILURE
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

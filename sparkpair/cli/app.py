@@ -1,0 +1,78 @@
+"""What every command shares: the click group, the App (inventory path, verbosity, pair, lock), exit codes."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import click
+
+
+class ExitStatus(enum.IntEnum):
+    OK = 0
+    FAILURE = 1
+    USAGE = 2
+    INTERRUPTED = 130
+
+
+class App:
+    """What every command shares: where the inventory is, and how chatty to be."""
+
+    def __init__(self, inventory_path: str, verbose: int) -> None:
+        self.inventory_path = inventory_path
+        self.verbose = verbose
+        self._inventory: Any = None
+
+    @property
+    def inventory(self) -> Any:
+        if self._inventory is None:
+            from sparkpair.inventory import read_inventory
+
+            self._inventory = read_inventory(self.inventory_path)
+        return self._inventory
+
+    def locked(self, pair: Any, command: str, dry_run: bool = False) -> Any:
+        """The pair's lock on the head, for every command that starts containers or writes files on a
+        node (no lock for a dry run or a read-only command, which change nothing)."""
+        import contextlib
+
+        from sparkpair import report
+        from sparkpair.transport import lock
+
+        return contextlib.nullcontext() if dry_run else lock.held(pair.head, command, report.warning)
+
+    @staticmethod
+    def reachable(connection: Any) -> bool:
+        """Whether a node's SSH connection opens (the reason it does not is for the command to report)."""
+        from sparkpair.errors import ConnectError
+
+        try:
+            connection.connect()
+        except ConnectError:
+            return False
+        return True
+
+    def pair(self, **options: Any) -> Any:
+        """Connections to both nodes (opened lazily); `-vv` traces every remote command."""
+        from sparkpair import report
+        from sparkpair.transport import Pair, SshTarget
+
+        trace = (lambda node, text: report.note(f"{node}$ {text}")) if self.verbose >= 2 else None
+        cluster = self.inventory.cluster
+        targets = [SshTarget(node.name, node.host, node.port, cluster.user, cluster.ssh_key, cluster.known_hosts)
+                   for node in self.inventory.nodes]
+        return Pair(targets, trace=trace, **options)
+
+
+pass_app = click.make_pass_decorator(App)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option("-i", "--inventory", "inventory_path", envvar="SPARKPAIR_INVENTORY", default="inventory.yaml",
+              show_default=True, metavar="PATH", help="Inventory file (also $SPARKPAIR_INVENTORY).")
+@click.option("-v", "--verbose", count=True, help="More detail (repeat for more).")
+@click.version_option(package_name="sparkpair", prog_name="sparkpair")
+@click.pass_context
+def cli(ctx: click.Context, inventory_path: str, verbose: int) -> None:
+    """Run one model across two DGX Sparks cabled back-to-back, and say what is wrong when it fails."""
+    ctx.obj = App(inventory_path, verbose)

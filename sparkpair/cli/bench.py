@@ -1,0 +1,54 @@
+"""`sparkpair bench`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from sparkpair.cli.app import App, cli, pass_app
+from sparkpair.cli.options import int_list, known_profile
+
+
+@cli.command("bench")
+@click.argument("profile", required=False)
+@click.option("--concurrency", default="1", show_default=True, metavar="N,..", help="Concurrent streams to test.")
+@click.option("--requests", "requests_", type=click.IntRange(1, 100000), default=20, show_default=True,
+              help="Measured requests per concurrency level (after warm-up).")
+@click.option("--max-tokens", type=click.IntRange(1, 32768), default=128, show_default=True)
+@click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="JSONL prompts ({\"prompt\": ...} or {\"messages\": [...]}) instead of the bundled set.")
+@click.option("--compare-baseline", is_flag=True, help="Also relaunch without the draft and report the speedup.")
+@click.option("--draft-len", metavar="N,..", help="Relaunch for each max_draft_len and measure each.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("bench-results"),
+              show_default=True, help="Where results.json, results.csv, plots and summary.md go.")
+@click.option("--json", "as_json", is_flag=True, help="Results as JSON on stdout.")
+@pass_app
+def bench_cmd(app: App, profile: str | None, concurrency: str, requests_: int, max_tokens: int, prompts: Path | None,
+              compare_baseline: bool, draft_len: str | None, out_dir: Path, as_json: bool) -> int:
+    """Measure what speculative decoding buys: TTFT, tokens/s, latency percentiles, draft acceptance."""
+    from sparkpair import report
+    from sparkpair.bench import BenchOptions, record, run_bench, write_outputs
+
+    inv = app.inventory
+    options = BenchOptions(profile=known_profile(inv, profile), concurrency=int_list(concurrency, "--concurrency"),
+                           requests=requests_, max_tokens=max_tokens, prompts=prompts,
+                           compare_baseline=compare_baseline,
+                           draft_lengths=int_list(draft_len, "--draft-len") if draft_len else [],
+                           out_dir=out_dir, as_json=as_json, inventory_path=Path(app.inventory_path))
+    with app.pair() as pair:
+        pair.connect()
+        with app.locked(pair, f"bench {options.profile}", dry_run=not (compare_baseline or draft_len)):
+            result = run_bench(pair, inv, options, report.event)
+    if as_json:  # shown before the files are written: a failed write loses nothing measured
+        report.emit_json(result.record)
+    else:
+        report.bench_results(*record.table(result.rows))
+    paths = write_outputs(result.record, out_dir)
+    if not as_json:
+        report.written_files(out_dir, paths)
+    if result.errors:
+        total = sum(row["requests"] for row in result.rows)
+        report.error_lines([f"{len(result.errors)} of {total} measured requests failed; first: {result.errors[0]}"])
+        return 1
+    return 0

@@ -1,0 +1,155 @@
+"""`sparkpair launch`, `status`, `logs`, `stop` and `unlock`."""
+
+from __future__ import annotations
+
+import click
+
+from sparkpair.cli.app import App, cli, pass_app
+from sparkpair.cli.options import Seconds, known_profile, nccl_tests_path
+
+DIAGNOSE_TAIL = 2000  # lines per rank `logs --diagnose` reads by default
+
+
+@cli.command("launch")
+@click.argument("profile", required=False)
+@click.option("--dry-run", is_flag=True, help="Preflight and show what would change; start nothing.")
+@click.option("--timeout", type=Seconds(1, 86400), default=1800.0, show_default=True,
+              help="Seconds to wait for the server to become ready.")
+@click.option("--no-wait", is_flag=True, help="Return once the engine is started.")
+@click.option("--stall-after", metavar="SECONDS|STAGE=SECONDS,...",
+              help="Fail early when no rank shows progress for this long (every stage, or per stage: start, "
+                   "launcher, mpi, model, nccl, warmup, executor, serving). Defaults per stage: "
+                   "docs/runbooks.md#launch-stalled.")
+@click.option("--model-source", default="hub", show_default=True, metavar="hub|cached|local:PATH",
+              help="hub: download on the head, copy to the worker; cached: use what the caches hold; "
+                   "local:PATH: copy from a staged HF cache on the head (air-gapped).")
+@click.option("--split-download", is_flag=True,
+              help="With --model-source hub, when both nodes reach the hub (doctor's models.hub): each downloads "
+                   "half the files, then they exchange them over the QSFP link.")
+@click.option("--copy-transport", type=click.Choice(["tcp", "ssh"]), default="tcp", show_default=True,
+              help="How models go between the nodes over the QSFP twins: tcp (raw streams bound to the twins, "
+                   "peer-only, one-time secret, content verified) or ssh (encrypted, slower; docs/security.md).")
+@click.option("--replace", is_flag=True, help="Replace an engine container whose spec differs.")
+@click.option("--keep-on-failure", is_flag=True, help="Leave a failed launch running for inspection.")
+@click.option("--node", metavar="NAME", help="For single-node profiles: the node to serve on (default: head).")
+@click.option("--check-fabric", is_flag=True, help="Before loading the model, prove NCCL runs over RoCE on both "
+                                                  "twins at full speed (doctor --deep's all_gather_perf); stop if not.")
+@click.option("--nccl-tests", metavar="PATH", help="With --check-fabric: all_gather_perf (or its build directory) at "
+                                                 "this path on both nodes, when the image has no nccl-tests.")
+@pass_app
+def launch_cmd(app: App, profile: str | None, dry_run: bool, timeout: float, no_wait: bool, stall_after: str | None,
+               model_source: str, split_download: bool, copy_transport: str, replace: bool, keep_on_failure: bool,
+               node: str | None, check_fabric: bool, nccl_tests: str | None) -> int:
+    """Start PROFILE (default: server.profile) across the pair and wait until it answers."""
+    from sparkpair import report
+    from sparkpair.engine.launch import LaunchOptions, launch, plan_launch
+    from sparkpair.engine.watch import parse_stall_after
+
+    try:
+        limits = tuple(parse_stall_after(stall_after).items()) if stall_after else ()
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--stall-after") from None
+    if model_source not in ("hub", "cached") and not (model_source.startswith("local:/") and len(model_source) > 7):
+        raise click.BadParameter("expected hub, cached or local:/ABSOLUTE/PATH", param_hint="--model-source")
+    if split_download and model_source != "hub":
+        raise click.BadParameter("only with --model-source hub (both nodes download from the hub)",
+                                 param_hint="--split-download")
+    inv = app.inventory
+    options = LaunchOptions(known_profile(inv, profile), timeout, not no_wait, model_source, replace,
+                            keep_on_failure, node, stall_after=limits, check_fabric=check_fabric,
+                            nccl_tests=nccl_tests_path(nccl_tests, "--check-fabric", check_fabric),
+                            copy_transport=copy_transport, split_download=split_download)
+    with app.pair() as pair:
+        pair.connect()
+        if dry_run:
+            plan = plan_launch(pair, inv, options)
+            report.launch_plan(plan)
+            return 1 if plan.preflight else 0
+        with app.locked(pair, f"launch {options.profile}"):
+            result = launch(pair, inv, options, report.event)
+    report.launch_result(result)
+    return 0 if result.ok else 1
+
+
+@cli.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Status as JSON.")
+@pass_app
+def status_cmd(app: App, as_json: bool) -> int:
+    """Containers and ranks on both nodes, health, model, uptime, requests and draft acceptance."""
+    from dataclasses import asdict
+
+    from sparkpair import report
+    from sparkpair.engine import lifecycle
+
+    with app.pair() as pair:
+        pair.connect()
+        result = lifecycle.status(pair, app.inventory)
+    if as_json:
+        report.emit_json(asdict(result))
+    else:
+        report.status(result)
+    return 0 if result.state in ("serving", "stopped") else 1
+
+
+@cli.command("logs")
+@click.option("--node", metavar="NAME", help="Only this node's rank.")
+@click.option("--tail", type=click.IntRange(1, 100000), default=100, show_default=True, help="Lines per rank.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new lines until Ctrl-C.")
+@click.option("--diagnose", "classify", is_flag=True,
+              help=f"Name why the start failed from the ranks' last {DIAGNOSE_TAIL} lines (or --tail, if more) "
+                   "instead of printing them; exit 1 when a failure is found.")
+@pass_app
+def logs_cmd(app: App, node: str | None, tail: int, follow: bool, classify: bool) -> int:
+    """The ranks' output, kept in log files inside the head container."""
+    from sparkpair import report
+    from sparkpair.engine import lifecycle
+
+    if follow and classify:
+        raise click.UsageError("--diagnose reads the logs once; it cannot be combined with --follow")
+    with app.pair() as pair:
+        if follow:
+            lifecycle.follow_logs(pair, app.inventory, node, tail, report.line)
+        elif classify:
+            from sparkpair.engine import diagnose, stages
+
+            text = "\n".join(item.text for item in lifecycle.logs(pair, app.inventory, node, max(tail, DIAGNOSE_TAIL)))
+            found = diagnose.classify(text)
+            report.diagnoses(found, serving=stages.is_serving(text))
+            return 1 if found else 0
+        else:
+            report.rank_logs(lifecycle.logs(pair, app.inventory, node, tail))
+    return 0
+
+
+@cli.command("stop")
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+@pass_app
+def stop_cmd(app: App, dry_run: bool) -> int:
+    """Stop the engine on both nodes (idempotent); models stay in the caches."""
+    from sparkpair import report
+    from sparkpair.engine import containers, lifecycle
+
+    with app.pair() as pair:
+        pair.connect()
+        if dry_run:
+            for name, connection in pair.nodes.items():
+                found = containers.find(connection, app.inventory.container.name)
+                report.line(f"{name}: " + (f"would remove {found.name} ({found.status})" if found else
+                                           f"no {app.inventory.container.name} container"))
+            return 0
+        with app.locked(pair, "stop"):
+            for name, outcome in lifecycle.stop(pair, app.inventory).items():
+                report.line(f"{name}: {outcome}")
+    return 0
+
+
+@cli.command("unlock")
+@pass_app
+def unlock_cmd(app: App) -> int:
+    """Remove the pair's lock left by a sparkpair run that is gone (it names the holder)."""
+    from sparkpair import report
+    from sparkpair.transport import lock
+
+    with app.pair() as pair:
+        report.line(f"{pair.head.name}: {lock.force_unlock(pair.head)}")
+    return 0

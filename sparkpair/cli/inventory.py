@@ -1,0 +1,73 @@
+"""`sparkpair inventory ...` and `sparkpair render`: offline, no node is touched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from sparkpair.cli.app import App, cli, pass_app
+from sparkpair.cli.options import known_profile
+
+
+@cli.group()
+def inventory() -> None:
+    """Validate, show or describe the inventory (no network)."""
+
+
+@inventory.command("check")
+@pass_app
+def inventory_check(app: App) -> None:
+    """Validate the inventory and render everything from it, without touching a node; the inventory's
+    own doctor warnings (e.g. inventory.twin-subnets) go to stderr."""
+    from sparkpair import render, report
+    from sparkpair.checks.node import inventory_warnings
+
+    inv = app.inventory
+    files = [f for name in inv.profiles for f in render.render_all(inv, name, app.inventory_path)]
+    report.inventory_ok(app.inventory_path, {"nodes": [f"{inv.head.name} (head)", inv.worker.name],
+                                             "profile": inv.server.profile, "files": len(files)})
+    for finding in inventory_warnings(inv):
+        report.warning(f"{finding.node}: {finding.check}: {finding.detail} (fix: {finding.fix})")
+
+
+@inventory.command("show")
+@click.option("--json", "as_json", is_flag=True, help="JSON instead of YAML.")
+@pass_app
+def inventory_show(app: App, as_json: bool) -> None:
+    """Print the inventory with every default filled in and every profile resolved."""
+    import yaml
+
+    from sparkpair import report
+
+    inv = app.inventory
+    data = inv.model_dump(mode="json")
+    data["models"] = {name: profile.model_dump(mode="json") for name, profile in inv.profiles.items()}
+    if as_json:
+        report.emit_json(data)
+    else:
+        report.emit_text(yaml.safe_dump(data, sort_keys=False))
+
+
+@inventory.command("schema")
+def inventory_schema() -> None:
+    """Print the inventory's JSON Schema (for editors)."""
+    from sparkpair import report
+    from sparkpair.inventory import Inventory
+
+    report.emit_json(Inventory.model_json_schema())
+
+
+@cli.command("render")
+@click.argument("profile", required=False)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Directory to write the files into.")
+@pass_app
+def render_cmd(app: App, profile: str | None, out_dir: Path) -> None:
+    """Write every file sparkpair would put on the nodes for PROFILE, for review."""
+    from sparkpair import render, report
+
+    inv = app.inventory
+    name = known_profile(inv, profile)
+    files = render.render_all(inv, name, app.inventory_path)
+    report.written_files(out_dir, render.write_files(files, out_dir))

@@ -1,0 +1,54 @@
+"""`sparkpair setup-network`."""
+
+from __future__ import annotations
+
+import click
+
+from sparkpair.cli.app import App, ExitStatus, cli, pass_app
+from sparkpair.cli.options import Seconds
+
+
+@cli.command("setup-network")
+@click.option("--dry-run", is_flag=True, help="Show the plan and diffs; change nothing.")
+@click.option("-y", "--yes", is_flag=True, help="Apply without asking.")
+@click.option("--restore", is_flag=True,
+              help="Return both nodes to the state before sparkpair first changed them (netplan files, QSFP "
+                   "addresses and MTU, the SSH files it added), and say what was restored.")
+@click.option("--last", is_flag=True, help="With --restore: undo only the last apply.")
+@click.option("--skip-ssh", is_flag=True, help="Only the network; leave SSH trust between the nodes alone.")
+@click.option("--replace", is_flag=True, help="Take over QSFP stanzas from other netplan files (backed up).")
+@click.option("--confirm-timeout", type=Seconds(10, 3600), default=60.0, show_default=True, metavar="SECONDS",
+              help="How long the watchdog left on each node waits for sparkpair to reach it again over a new SSH "
+                   "connection and verify the link before it puts the old network back by itself.")
+@click.option("--accept-new-host-keys", is_flag=True, help="Record unknown host keys of the nodes (first contact).")
+@pass_app
+def setup_network_cmd(app: App, dry_run: bool, yes: bool, restore: bool, last: bool, skip_ssh: bool, replace: bool,
+                      confirm_timeout: float, accept_new_host_keys: bool) -> int:
+    """Address the QSFP twins with netplan (MTU included), exchange SSH keys, verify both ways."""
+    from sparkpair import report
+    from sparkpair.network import flow
+
+    if restore and dry_run:
+        raise click.UsageError("--restore changes both nodes; it cannot be combined with --dry-run")
+    if last and not restore:
+        raise click.UsageError("--last goes with --restore (undo only the last apply)")
+    inventory = app.inventory
+    with app.pair(accept_new_host_keys=accept_new_host_keys) as pair:
+        pair.connect()
+        with app.locked(pair, "setup-network", dry_run):
+            if restore:
+                return 0 if flow.restore(pair, inventory, report.event, last=last) else 1
+            options = flow.SetupOptions(skip_ssh=skip_ssh, replace=replace, confirm_timeout=confirm_timeout)
+            plan = flow.plan_setup(pair, inventory, options)
+            for text in plan.warnings:
+                report.warning(text)
+            report.plan(plan.changes, plan.refusals)
+            if plan.network.lockouts:
+                return ExitStatus.USAGE
+            if plan.refusals:
+                return 1
+            if dry_run:
+                return 0
+            if plan.changes and not yes and not report.confirm("apply these changes to both nodes?"):
+                return 1
+            return 0 if flow.apply_setup(pair, inventory, plan, report.event, options).ok else 1

@@ -1,0 +1,58 @@
+"""Option parsing shared by the commands: lists, profile names, seconds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+
+class Seconds(click.FloatRange):
+    """A number of seconds within a range (click's FloatRange lets nan through every bound)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if number != number:
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        return number
+
+
+def split_ids(value: str | None) -> set[str] | None:
+    return {part.strip() for part in value.split(",") if part.strip()} if value else None
+
+
+def known_profile(inv: Any, name: str | None) -> str:
+    """The profile to use: the one named, or the inventory's server.profile."""
+    name = name or inv.server.profile
+    if name not in inv.profiles:
+        raise click.BadParameter(f"no profile {name!r}; known: {', '.join(sorted(inv.profiles))}",
+                                 param_hint="PROFILE")
+    return name
+
+
+def int_list(value: str, option: str) -> list[int]:
+    try:
+        numbers = [int(part) for part in value.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}", param_hint=option) from None
+    if not numbers or any(n < 1 or n > 4096 for n in numbers):
+        raise click.BadParameter(f"expected integers from 1 to 4096, got {value!r}", param_hint=option)
+    return numbers
+
+
+NODE_PATH = r"/[A-Za-z0-9._+/-]*"
+
+
+def nccl_tests_path(value: str | None, needs: str, given: bool) -> str | None:
+    """--nccl-tests PATH: an absolute path on the nodes (all_gather_perf or its build directory); only with
+    the option that runs it (needs)."""
+    import re
+
+    if value is None:
+        return None
+    if not given:
+        raise click.UsageError(f"--nccl-tests needs {needs}")
+    if not re.fullmatch(NODE_PATH, value) or "/../" in f"{value}/":
+        raise click.BadParameter("expected an absolute path on the nodes, e.g. /opt/nccl-tests/build",
+                                 param_hint="--nccl-tests")
+    return value

@@ -1,0 +1,261 @@
+"""Blobs of the HF cache on a node: hashing in parallel against their names, the node's cache of verified
+blobs, snapshot links (checking and making them), and the bytes under blobs/ while a download runs.
+
+Part of sparkpair's node program for models (see mn_main); standard library only.
+"""
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import sys
+import threading
+import time
+from collections import deque
+
+BLOB = re.compile(r"^([0-9a-f]{40}|[0-9a-f]{64})$")
+READ = 8 << 20
+_print_lock = threading.Lock()
+
+
+def emit(kind, value):
+    with _print_lock:
+        sys.stdout.write(kind + " " + json.dumps(value, sort_keys=True) + "\n")
+        sys.stdout.flush()
+
+
+def blob_digest(path, name):
+    """The digest a blob's name must equal: sha256 (64 hex, LFS), else the git blob sha1 (40 hex)."""
+    size = os.path.getsize(path)
+    digest = hashlib.sha256() if len(name) == 64 else hashlib.sha1(b"blob %d\0" % size)
+    with open(path, "rb", buffering=0) as handle:
+        while True:
+            data = handle.read(READ)
+            if not data:
+                return digest.hexdigest()
+            digest.update(data)
+
+
+def stamp(path):
+    info = os.stat(path)
+    return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
+
+
+class VerifiedCache:
+    """Per node: blob path -> [size, mtime_ns, ctime_ns, inode] when it was last found good."""
+
+    def __init__(self, path):
+        self.path = os.path.expanduser(path) if path else ""
+        self.entries = self._read()
+        self.dropped = set()
+
+    def _read(self):
+        try:
+            with open(self.path) as handle:
+                data = json.load(handle)
+            return data if isinstance(data, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def holds(self, path):
+        try:
+            return self.entries.get(path) == stamp(path)
+        except OSError:
+            return False
+
+    def add(self, path):
+        self.entries[path] = stamp(path)
+        self.dropped.discard(path)
+
+    def drop(self, path):
+        self.entries.pop(path, None)
+        self.dropped.add(path)
+
+    def save(self):
+        """Merge into the file under a lock (another run may have written it meanwhile), atomically."""
+        if not self.path:
+            return
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        with open(self.path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            merged = self._read()
+            merged.update(self.entries)
+            for path in self.dropped:
+                merged.pop(path, None)
+            merged = {path: value for path, value in merged.items() if os.path.exists(path)}
+            temp = f"{self.path}.{os.getpid()}.tmp"
+            with open(temp, "w") as handle:
+                json.dump(merged, handle, sort_keys=True)
+            os.replace(temp, self.path)
+
+
+def hash_files(items, workers, on_bytes=None, deadline=None):
+    """{path: (name, verdict)} for [(path, name)] hashed in parallel, largest first; verdict None (good),
+    a reason, or "unverified" when the deadline came first."""
+    items = sorted(items, key=lambda item: -os.path.getsize(item[0]))
+    results, lock = {}, threading.Lock()
+    queue = deque(items)
+
+    def work():
+        while True:
+            with lock:
+                if not queue:
+                    return
+                path, name = queue.popleft()
+            if deadline is not None and time.monotonic() > deadline:
+                results[path] = (name, "unverified")
+                continue
+            try:
+                found = blob_digest(path, name)
+                verdict = None if found == name else f"content hashes to {found[:12]}"
+            except OSError as error:
+                verdict = f"unreadable ({error.strerror})"
+            results[path] = (name, verdict)
+            if on_bytes is not None:
+                on_bytes(os.path.getsize(path) if os.path.exists(path) else 0)
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(max(1, min(workers, len(items))))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+def snapshot_links(repo_dir):
+    """(snapshot path, blob name or None, problem) for every entry under snapshots/."""
+    found = []
+    top = os.path.join(repo_dir, "snapshots")
+    for base, _, files in os.walk(top):
+        for name in files:
+            path = os.path.join(base, name)
+            relative = os.path.relpath(path, top)
+            target = os.readlink(path) if os.path.islink(path) else None
+            resolved = os.path.normpath(os.path.join(base, target)) if target else ""
+            blob = os.path.basename(resolved)
+            if target is None or os.path.dirname(resolved) != os.path.join(repo_dir, "blobs") or not BLOB.match(blob):
+                found.append((relative, None, "not a link to a blob"))
+            else:
+                found.append((relative, blob, None if os.path.isfile(resolved) else "its blob is missing"))
+    return found
+
+
+def verify(options):
+    """Verify the repos' blobs and links; print the verdicts (and progress when asked)."""
+    started = time.monotonic()
+    hub, cache = os.path.expanduser(options["hub"]), VerifiedCache(options.get("cache"))
+    budget = options.get("budget")
+    deadline = started + budget if budget else None
+    todo, report = [], {}
+    for repo in options["repos"]:
+        repo_dir = os.path.join(hub, repo)
+        blobs_dir = os.path.join(repo_dir, "blobs")
+        names = [n for n in (os.listdir(blobs_dir) if os.path.isdir(blobs_dir) else []) if BLOB.match(n)]
+        report[repo] = {"blobs": len(names), "bad": {}, "unverified": [], "links": []}
+        for name in names:
+            path = os.path.join(blobs_dir, name)
+            if not cache.holds(path):
+                todo.append((path, name))
+    total, done = sum(os.path.getsize(path) for path, _ in todo), [0]
+    lock = threading.Lock()
+    if options.get("progress"):
+        emit("progress", {"done": 0, "total": total})
+
+    def counted(size):
+        with lock:
+            done[0] += size
+            if options.get("progress"):
+                emit("progress", {"done": done[0], "total": total})
+
+    results = hash_files(todo, options.get("workers") or os.cpu_count() or 2, counted, deadline)
+    for path, (name, verdict) in results.items():
+        repo = os.path.basename(os.path.dirname(os.path.dirname(path)))
+        if verdict is None:
+            cache.add(path)
+        elif verdict == "unverified":
+            report[repo]["unverified"].append(name)
+        else:
+            report[repo]["bad"][name] = verdict
+            cache.drop(path)
+    for repo in options["repos"]:
+        repo_dir = os.path.join(hub, repo)
+        for relative, blob, problem in snapshot_links(repo_dir):
+            if problem is None and blob in report[repo]["bad"]:
+                problem = "its blob is corrupt"
+            if problem:
+                report[repo]["links"].append([relative, problem])
+                if options.get("remove_bad") and blob in report[repo]["bad"]:
+                    os.unlink(os.path.join(repo_dir, "snapshots", relative))
+        if options.get("remove_bad"):
+            for name in report[repo]["bad"]:
+                remove(os.path.join(repo_dir, "blobs", name))
+    cache.save()
+    emit("result", {"repos": report, "hashed_bytes": done[0] if todo else 0, "cached": sum(
+        r["blobs"] for r in report.values()) - len(todo), "seconds": round(time.monotonic() - started, 3)})
+
+
+def remove(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def link_repos(hub, repos):
+    """Link each snapshot file whose blob is in place (atomically, relative, as huggingface_hub does);
+    write refs/main only when every file of the repo is linked. {repo: [files not linked]}."""
+    outcome = {}
+    for repo, spec in repos.items():
+        repo_dir = os.path.join(hub, repo)
+        snapshot = os.path.join(repo_dir, "snapshots", spec["revision"])
+        missing = []
+        for relative, blob in spec["links"].items():
+            target = os.path.join(repo_dir, "blobs", blob)
+            if not os.path.isfile(target):
+                missing.append(relative)
+                continue
+            path = os.path.join(snapshot, relative)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            wanted = os.path.relpath(target, os.path.dirname(path))
+            if os.path.islink(path) and os.readlink(path) == wanted:
+                continue
+            temp = f"{path}.{os.getpid()}.tmp"
+            remove(temp)
+            os.symlink(wanted, temp)
+            os.replace(temp, path)
+        if not missing:
+            refs = os.path.join(repo_dir, "refs")
+            os.makedirs(refs, exist_ok=True)
+            temp = os.path.join(refs, f".main.{os.getpid()}.tmp")
+            with open(temp, "w") as handle:
+                handle.write(spec["revision"])
+            os.replace(temp, os.path.join(refs, "main"))
+        outcome[repo] = missing
+    return outcome
+
+
+def watch(options):
+    """Print the bytes under the blob directories every interval, and once more when told to stop
+    (SIGTERM), until the parent shell is gone."""
+    import signal
+
+    def measure():
+        total = 0
+        for directory in options["dirs"]:
+            try:
+                total += sum(entry.stat().st_size for entry in os.scandir(os.path.expanduser(directory))
+                             if entry.is_file(follow_symlinks=False))
+            except OSError:
+                pass
+        emit("progress", {"bytes": total})
+
+    def last(signum, frame):
+        measure()
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, last)
+    parent = os.getppid()
+    while os.getppid() == parent:
+        measure()
+        time.sleep(options.get("interval", 1.0))

@@ -1,0 +1,340 @@
+"""sparkpair launch: from an inventory to an OpenAI-compatible endpoint on the head node.
+
+Preflight (doctor's launch-critical checks) -> engine config on the nodes -> containers on both
+nodes -> models on both nodes -> mpirun in the head container -> readiness. A failure names its
+cause from the ranks' logs and tears the partial launch down unless --keep-on-failure. Progress
+goes to a callback; the caller gets a `LaunchResult` (or `plan_launch`'s `LaunchPlan`, the dry run).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+from sparkpair import apply, paths, probes, render
+from sparkpair.checks import Facts, Finding, Status, selected
+from sparkpair.checks.catalog import is_launch_critical
+from sparkpair.checks.doctor import examine
+from sparkpair.engine import containers, diagnose, fabric, lifecycle, modelsync, stages, watch
+from sparkpair.engine.readiness import Readiness, wait_ready
+from sparkpair.engine.state import LaunchState, read_state, write_state
+from sparkpair.errors import Interrupted, UsageError
+from sparkpair.inventory import Inventory, hftoken
+from sparkpair.inventory.profiles import Profile
+from sparkpair.probes import models
+from sparkpair.progress import Event, Progress
+from sparkpair.render import recipe
+from sparkpair.transport import NodeConnection, Pair, Shell
+
+JOURNAL = "launch"
+SINGLE_NODE_CHECKS = ("reach.ssh", "reach.sudo", "platform.gpu", "docker", "ports.serving", "models.writable",
+                      "models.disk", "memory")
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    profile: str
+    timeout: float = 1800.0
+    wait: bool = True
+    model_source: str = "hub"
+    replace: bool = False
+    keep_on_failure: bool = False
+    node: str | None = None
+    check_fabric: bool = False          # prove NCCL over RoCE (doctor --deep's NCCL job) before loading the model
+    nccl_tests: str | None = None       # all_gather_perf on the nodes, when the image has none
+    stall_after: tuple[tuple[str, float], ...] = ()  # stage -> seconds without progress (watch.DEFAULT_LIMITS)
+    copy_transport: str = "tcp"         # how models go to the worker: modelcopy.TRANSPORTS
+    split_download: bool = False        # both nodes download half each when both reach the hub
+
+
+@dataclass(frozen=True)
+class LaunchFailure:
+    """Why the engine did not become ready: what was seen, the ranks' last lines, the recognised causes."""
+
+    detail: str
+    log_tails: dict[str, str] = field(default_factory=dict)
+    causes: list[diagnose.Diagnosis] = field(default_factory=list)  # most likely first
+
+
+@dataclass
+class LaunchResult:
+    """How a launch ended."""
+
+    ok: bool = False
+    preflight: list[Finding] = field(default_factory=list)  # the launch-critical FAILs that stopped it
+    fabric: list[Finding] = field(default_factory=list)     # --check-fabric: what stopped it before any model loaded
+    outcomes: dict[str, apply.NodeOutcome] = field(default_factory=dict)  # set when writing the config failed
+    endpoint: str = ""
+    model: str = ""
+    ready: bool = False
+    already_running: bool = False
+    seconds: float = 0.0
+    failure: LaunchFailure | None = None
+    kept: bool = False                                       # --keep-on-failure left it running
+    teardown: dict[str, str] = field(default_factory=dict)   # what stopping the failed launch did, per node
+    logs_kept: str = ""                                      # where the failed launch's rank output was kept
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What a launch would do (the dry run): config changes, containers, models, the serve command."""
+
+    nodes: list[str]
+    changes: list[apply.Change]
+    containers: dict[str, str]      # node -> the engine container's state now ("none" when absent)
+    image: str
+    repos: list[str]
+    model_source: str
+    serve: str
+    preflight: list[Finding] = field(default_factory=list)
+
+
+def rank_nodes(inventory: Inventory, profile: Profile, node: str | None) -> list[str]:
+    """Node names in rank order: both for TP=2 (head first), the chosen one for TP=1."""
+    if profile.is_pair:
+        if node is not None:
+            raise UsageError(f"--node: this profile runs on both nodes (tp_size {profile.tp_size})")
+        return [n.name for n in inventory.nodes]
+    if node is not None and node not in [n.name for n in inventory.nodes]:
+        raise UsageError(f"--node: no node {node!r}; the inventory has {', '.join(n.name for n in inventory.nodes)}")
+    return [node or inventory.head.name]
+
+
+def preflight(pair: Pair, inventory: Inventory, options: LaunchOptions, nodes: list[str]) -> list[Finding]:
+    """The launch-critical doctor findings that FAIL (empty: go)."""
+    return examined(pair, inventory, options, nodes)[1]
+
+
+def examined(pair: Pair, inventory: Inventory, options: LaunchOptions,
+             nodes: list[str]) -> tuple[Facts, list[Finding]]:
+    """The facts doctor gathered (each node's NCCL settings come from them), and the launch-critical FAILs."""
+    facts, findings = examine(pair, inventory, options.profile, serving_node=nodes[0])
+    relevant = [f for f in findings if f.status is Status.FAIL and is_launch_critical(f.check)]
+    if len(nodes) == 1:
+        relevant = [f for f in relevant if f.node == nodes[0] and selected(f.check, set(SINGLE_NODE_CHECKS))]
+    return facts, relevant
+
+
+def config_changes(pair: Pair, files: dict[str, list[render.RenderedFile]], nodes: list[str]) -> list[apply.Change]:
+    """Rendered engine files (node -> its files) that differ from what each node holds in ~/.sparkpair/config."""
+    def node_changes(connection: NodeConnection) -> list[apply.Change]:
+        changes = []
+        for item in files[connection.name]:
+            current = connection.read(paths.under_home(f"{paths.CONFIG_DIR}/{item.path}", connection.home))
+            change = apply.write_change(connection.name, f"{paths.CONFIG_DIR}/{item.path}",
+                                        current.decode() if current is not None else None, item.content,
+                                        mode=item.mode)
+            changes += [change] if change else []
+        return changes
+
+    found = pair.each(node_changes, names=nodes).raise_first()
+    return [change for name in nodes for change in found[name]]
+
+
+def plan_launch(pair: Pair, inventory: Inventory, options: LaunchOptions) -> LaunchPlan:
+    """Preflight and what a launch would change; starts nothing."""
+    profile = inventory.profile(options.profile)
+    nodes = rank_nodes(inventory, profile, options.node)
+    render.node_config_files(inventory, options.profile)  # a bad profile fails here, before any node is asked
+    facts, failures = examined(pair, inventory, options, nodes)
+    files = fabric.node_files(inventory, options.profile, fabric.node_fabrics(facts, nodes))
+    states = {name: getattr(containers.find(pair.nodes[name], inventory.container.name), "status", "none")
+              for name in nodes}
+    return LaunchPlan(nodes, [] if failures else config_changes(pair, files, nodes), states, inventory.container.image,
+                      profile.repos, options.model_source, recipe.shell_line(recipe.mpirun_argv(inventory, profile)),
+                      failures)
+
+
+@dataclass
+class _Run:
+    """One launch under way: what it needs to say where it is when Ctrl-C stops it."""
+
+    pair: Pair
+    inventory: Inventory
+    options: LaunchOptions
+    profile: Profile
+    nodes: list[str]
+    progress: Progress
+    fabrics: dict[str, recipe.NodeFabric | None] = field(default_factory=dict)
+    proof: fabric.FabricProof | None = None
+    start: float = field(default_factory=time.monotonic)
+    stage: str = "writing the engine configuration"
+
+    def say(self, node: str, text: str) -> None:
+        self.progress(Event(node, text))
+
+    def interrupted(self) -> Interrupted:
+        return Interrupted(f"interrupted while {self.stage}; {_holdings(self)}; every file sparkpair wrote is whole. "
+                           f"Continue with: sparkpair launch {self.options.profile}; undo with: sparkpair stop")
+
+
+def launch(pair: Pair, inventory: Inventory, options: LaunchOptions, progress: Progress) -> LaunchResult:
+    """The whole launch, reporting progress as it goes."""
+    profile = inventory.profile(options.profile)
+    nodes = rank_nodes(inventory, profile, options.node)
+    render.node_config_files(inventory, options.profile)  # a bad profile fails here, before any node is touched
+    run = _Run(pair, inventory, options, profile, nodes, progress)
+    facts, failures = examined(pair, inventory, options, nodes)
+    if failures:
+        return LaunchResult(preflight=failures)
+    run.fabrics = fabric.node_fabrics(facts, nodes)
+    if options.check_fabric:
+        progress(Event("", "proving the fabric: all_gather_perf across the ranks with NCCL_DEBUG=INFO"))
+        run.proof = fabric.prove(pair, facts, options.nccl_tests)
+        if not run.proof.ok:
+            return LaunchResult(fabric=run.proof.failures)
+        progress(Event("", "fabric: " + next(f.detail for f in run.proof.findings if f.check == "deep.nccl"), "result"))
+    changes = config_changes(pair, fabric.node_files(inventory, options.profile, run.fabrics), nodes)
+    try:
+        return _apply(run, changes)
+    except KeyboardInterrupt:
+        raise run.interrupted() from None
+
+
+def _apply(run: _Run, changes: list[apply.Change]) -> LaunchResult:
+    """Everything launch changes, in order; run.stage names the step under way (for Ctrl-C)."""
+    pair, inventory, nodes = run.pair, run.inventory, run.nodes
+    for name in nodes:
+        pair.nodes[name].check(Shell("mkdir -p -m 700 {}", paths.under_home(paths.CONFIG_DIR, pair.nodes[name].home)))
+    if changes:
+        outcomes = apply.apply_changes(pair, changes, JOURNAL, progress=run.progress)
+        if any(outcome.interrupted for outcome in outcomes.values()):
+            raise run.interrupted()
+        if not all(outcome.ok for outcome in outcomes.values()):
+            return LaunchResult(outcomes=outcomes)
+    run.stage = "placing the HF token"
+    _place_token(pair, nodes)
+    run.stage = "starting the engine containers"
+    _start_containers(run)
+    argv = recipe.mpirun_argv(inventory, run.profile)
+    if lifecycle.engine_running(pair.nodes[nodes[0]], inventory):
+        state = read_state(pair.head)
+        if not changes and state is not None and state.command == recipe.shell_line(argv) and state.nodes == nodes:
+            run.progress(Event("", "the engine is already running with this configuration", "result"))
+            run.stage = "waiting for the engine to become ready"
+            return replace(_finish(run), already_running=True)
+        run.stage = "stopping the engine that ran the old configuration"
+        run.say(nodes[0], "configuration or serve command changed: stopping the running engine")
+        lifecycle.stop_engine(pair, inventory, nodes)
+    run.stage = "getting the models onto every node (a rerun resumes)"
+    revisions = modelsync.ensure_models(pair, inventory, run.profile.repos, nodes, run.options.model_source,
+                                        run.progress, modelsync.ModelOptions(run.options.model_source,
+                                                                             run.options.copy_transport,
+                                                                             run.options.split_download))
+    head = pair.nodes[nodes[0]]
+    run.stage = "starting the engine"
+    run.say(head.name, "starting: " + recipe.shell_line(argv))
+    lifecycle.start_engine(head, inventory, argv)
+    write_state(pair.head, LaunchState(
+        profile=run.options.profile, nodes=nodes, started=time.time(), command=recipe.shell_line(argv),
+        endpoint=_endpoint(run), revisions=revisions, transport=inventory.container.mpi_transport,
+        image_id=containers.image_id(head, inventory.container.image), fabric=fabric.record(run.fabrics, run.proof)))
+    run.stage = "waiting for the engine to become ready"
+    return _finish(run)
+
+
+def _endpoint(run: _Run) -> str:
+    return f"http://{run.inventory.node(run.nodes[0]).host}:{run.inventory.server.port}/v1"
+
+
+def _holdings(run: _Run) -> str:
+    """What each rank node holds now, in words (after Ctrl-C: best effort, never raises)."""
+    name = run.inventory.container.name
+    parts = []
+    for index, node in enumerate(run.nodes):
+        try:
+            container = containers.find(run.pair.nodes[node], name)
+            if container is None:
+                parts.append(f"{node}: no engine container")
+                continue
+            engine = ""
+            if index == 0 and container.running:
+                engine = ", engine running" if lifecycle.engine_running(run.pair.nodes[node], run.inventory) \
+                    else ", engine not started"
+            parts.append(f"{node}: engine container {name} {container.status}{engine}")
+        except Exception as error:  # noqa: BLE001 (a report after Ctrl-C must not hide the interrupt)
+            parts.append(f"{node}: state unknown ({type(error).__name__}; sparkpair status shows it)")
+    return "; ".join(parts)
+
+
+def _finish(run: _Run) -> LaunchResult:
+    result = LaunchResult(endpoint=_endpoint(run), model=run.profile.target)
+    if not run.options.wait:
+        result.ok = True
+        return result
+    head = run.pair.nodes[run.nodes[0]]
+    readiness = _wait(head, run)
+    result.seconds = time.monotonic() - run.start
+    if readiness.ready:
+        result.ok = result.ready = True
+        return result
+    result.failure = _explain_failure(run, readiness.detail)
+    if run.options.keep_on_failure:
+        result.kept = True
+    else:
+        kept = lifecycle.save_logs(run.pair, run.inventory, run.nodes)
+        result.logs_kept = "the launch's output is kept for sparkpair bundle: " + "; ".join(
+            f"{name}: {where}" for name, where in kept.items())
+        result.teardown = lifecycle.stop(run.pair, run.inventory)
+    return result
+
+
+def _wait(head: NodeConnection, run: _Run) -> Readiness:
+    """Readiness, with the watchdog reporting each rank's progress and ending the wait when the start stalls."""
+    watchdog = _watchdog(run)
+
+    def stalled() -> str | None:
+        stall = watchdog.poll()
+        return stall.detail() if stall else None
+
+    readiness = wait_ready(head, run.inventory.server.port, run.profile.target, run.options.timeout,
+                           lambda: lifecycle.exit_code(head, run.inventory), lambda text: run.say(head.name, text),
+                           watch=stalled)
+    watchdog.finish("ready" if readiness.ready else "stalled" if readiness.stalled else "stopped waiting")
+    return readiness
+
+
+def _watchdog(run: _Run) -> watch.Watchdog:
+    """The watchdog for this start: each rank's output files, and what each rank holds once loaded."""
+    cache = run.inventory.container.hf_cache
+    asked = [models.manifest(cache, repo) for repo in run.profile.repos]
+    found = run.pair.each(lambda connection: probes.gather(connection, asked), names=run.nodes)
+    expected = {}
+    for name, facts in found.values.items():
+        target = facts.value(asked[0])
+        draft = facts.value(asked[1]) if len(asked) > 1 else None
+        expected[name] = watch.expected_bytes(target, draft, run.profile.tp_size) if target else 0
+    files = [lifecycle.rank_log_paths(index if len(run.nodes) > 1 else None) for index in range(len(run.nodes))]
+    return watch.Watchdog(run.pair, run.inventory.container.name, run.nodes, recipe.HF_HOME, files, expected,
+                          dict(run.options.stall_after), run.progress)
+
+
+def _explain_failure(run: _Run, detail: str) -> LaunchFailure:
+    head = run.pair.nodes[run.nodes[0]]
+    texts = {}
+    for rank, name in enumerate(run.nodes):
+        texts[name] = lifecycle.rank_logs(run.pair.nodes[name], run.inventory, rank if len(run.nodes) > 1 else None,
+                                          400)
+    texts["mpirun"] = lifecycle.rank_logs(head, run.inventory, None, 400) if len(run.nodes) > 1 else ""
+    tails = {name: "\n".join(stages.clean_lines(text)[-20:]) for name, text in texts.items()}  # a redrawn bar: once
+    return LaunchFailure(detail, tails, diagnose.classify("\n".join(texts.values())))
+
+
+def _place_token(pair: Pair, nodes: list[str]) -> None:
+    """The operator's HF token, as a 0600 file on every rank node (never in argv or the environment)."""
+    token = hftoken.find_token()
+    for name in nodes:
+        connection = pair.nodes[name]
+        directory = paths.under_home(paths.SECRETS_DIR, connection.home)
+        connection.check(Shell("mkdir -p -m 700 {} && chmod 700 {}", directory, directory))
+        if token:
+            connection.put(token + "\n", f"{directory}/hf_token", mode=0o600)
+
+
+def _start_containers(run: _Run) -> None:
+    def start(connection: NodeConnection) -> str:
+        spec = containers.node_spec(run.inventory, connection, run.fabrics.get(connection.name))
+        return containers.ensure(connection, spec, run.options.replace)
+    started = run.pair.each(start, names=run.nodes).raise_first()
+    for name, outcome in started.values.items():
+        run.say(name, f"engine container {run.inventory.container.name}: {outcome}")

@@ -1,0 +1,94 @@
+"""Is the server ready? Port open, then /health, then /v1/models lists the model, then one real
+completion, polled through the head's SSH connection (no firewall between here and the head matters).
+While it waits, a watch (the launch watchdog, `engine.watch`) is polled every few seconds and can end
+the wait early when the start has stalled; a start that keeps progressing waits until the timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from sparkpair.transport import NodeConnection
+
+WATCH_EVERY_S = 2.0
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """How far the server got: the last stage passed, and why it stopped if it did (stalled: the watch
+    found that the start stopped moving)."""
+
+    ready: bool
+    stage: str
+    detail: str
+    seconds: float
+    stalled: bool = False
+
+
+def probe_stage(head: NodeConnection, port: int, model: str) -> tuple[str, str]:
+    """The first stage that does not pass yet ("ready" when all do), with what was seen."""
+    health = head.http(port, "GET", "/health", timeout=5)
+    if health is None:
+        return "port", f"nothing listens on port {port} yet"
+    if health[0] != 200:
+        return "health", f"/health answered {health[0]}"
+    models = head.http(port, "GET", "/v1/models", timeout=5)
+    listed = listed_models(models[1]) if models and models[0] == 200 else []
+    if model not in listed:
+        return "models", f"/v1/models lists {listed or 'nothing'}, not {model}"
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Reply with one word: ready"}],
+                       "max_tokens": 8, "temperature": 0}).encode()
+    answer = head.http(port, "POST", "/v1/chat/completions", body=body, timeout=60)
+    if answer is None or answer[0] != 200:
+        return "completion", f"a chat completion failed ({answer[0] if answer else 'no answer'})"
+    choices = _json(answer[1]).get("choices") or [{}]
+    text = (choices[0].get("message") or {}).get("content") or ""
+    return ("ready", text.strip()) if text.strip() else ("completion", "the completion came back empty")
+
+
+def listed_models(raw: bytes) -> list[str]:
+    """The model ids in a /v1/models reply; empty for anything that is not such a reply."""
+    items = _json(raw).get("data")
+    return [str(item.get("id", "")) for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
+def _json(raw: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(raw or b"{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def wait_ready(head: NodeConnection, port: int, model: str, timeout: float,
+               exited: Callable[[], int | None], progress: Callable[[str], None],
+               watch: Callable[[], str | None] | None = None) -> Readiness:
+    """Poll until ready, the engine exits, the watch reports a stall (its words), or timeout; progress gets
+    each new stage."""
+    start = time.monotonic()
+    seen, checked, watched = "", 0.0, 0.0
+    while True:
+        if watch is not None and time.monotonic() - watched >= WATCH_EVERY_S:
+            watched = time.monotonic()
+            stall = watch()
+            if stall:
+                return Readiness(False, seen or "port", stall, time.monotonic() - start, stalled=True)
+        if time.monotonic() - checked >= 1.0:  # a docker exec: cheap, but not every 0.2 s
+            checked = time.monotonic()
+            code = exited()
+            if code is not None:
+                return Readiness(False, seen or "port", f"the engine exited with code {code}",
+                                 time.monotonic() - start)
+        stage, detail = probe_stage(head, port, model)
+        if stage != seen:
+            seen = stage
+            progress(f"{stage}: {detail}" if stage != "ready" else f"ready (a completion answered: {detail!r})")
+        if stage == "ready":
+            return Readiness(True, stage, detail, time.monotonic() - start)
+        if time.monotonic() - start > timeout:
+            return Readiness(False, stage, f"timed out after {timeout:.0f} s: {detail}", time.monotonic() - start)
+        time.sleep(0.2)

@@ -1,0 +1,222 @@
+"""What each launch failure cause is, its fix, and the lines the tools print for it.
+
+Data only. A cause is an id with a one-line summary and a fix; a signature is a regular expression
+for one line that NCCL, Gloo, UCX, Open MPI (ORTE/PRRTE), CUDA, NVML, huggingface_hub, uvicorn,
+docker/runc, TensorRT-LLM, PyTorch or Ray print for that cause, in any program's log, with a weight:
+
+- DECISIVE: the line names the cause (e.g. "Host key verification failed");
+- STRONG: the line usually means the cause (e.g. "NCCL error: unhandled system error");
+- HINT: a warning that explains a failed start but is harmless in a start that reached serving
+  (e.g. UCX's "network device ... is not available").
+
+Signatures are tried in order and the first that matches a line claims it, so specific lines come
+before generic ones (an `ibv_modify_qp ... Network is unreachable` line is RoCE, not routing).
+`explains` lists other causes a consequence line also supports ("ORTE was unable to reliably start
+one or more daemons" follows SSH, a missing orted or an unreachable peer). Each cause id has a
+section in docs/runbooks.md. Benign noise of healthy starts (pynvml deprecation, the UCX version
+warning, a lone NV_ERR_NO_MEMORY, CPU affinity warnings) matches nothing here on purpose.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DECISIVE, STRONG, HINT = 3, 2, 1
+
+
+@dataclass(frozen=True)
+class Cause:
+    """A known reason a start fails: its id, what it means, and what to do."""
+
+    id: str
+    summary: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class Signature:
+    """One kind of line that shows a cause; `subject` (a named group) is what the line names."""
+
+    cause: str
+    pattern: re.Pattern[str]
+    weight: int
+    explains: tuple[str, ...] = ()
+    lines_before: int = 0  # lines above the match that belong to the evidence (a pydantic error's field)
+
+
+# In order of cause and effect: a cause earlier here makes the later ones happen, so among equally
+# strong findings the earlier one is reported first.
+CAUSES: tuple[Cause, ...] = (
+    Cause("image.platform", "the image is built for another CPU architecture (a DGX Spark is arm64)",
+          "use an arm64 or multi-arch image (docker image inspect --format '{{.Architecture}}' IMAGE "
+          "must say arm64); NVIDIA's nvcr.io/nvidia/tensorrt-llm/release images are multi-arch"),
+    Cause("gpu.runtime", "the container has no working GPU runtime (no NVIDIA runtime in Docker, NVML "
+          "cannot initialise, or the driver libraries are missing)",
+          "sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker; a container "
+          "that lost NVML after a systemd daemon-reload must be recreated (sparkpair stop; sparkpair launch); "
+          "sparkpair doctor --only docker.nvidia-runtime,platform.gpu"),
+    Cause("driver.version", "the host's NVIDIA driver is too old for the CUDA inside the container",
+          "update the node (sudo apt update && sudo apt full-upgrade, reboot) or use an image built for the "
+          "CUDA version nvidia-smi reports; sparkpair doctor --only platform"),
+    Cause("mpi.remote-env", "Open MPI's remote daemon or launcher is missing on a node or in the image "
+          "(orted/prted not on the PATH of a non-interactive login, no ssh client)",
+          "run the same engine image on both nodes (sparkpair doctor --only docker); by hand: install Open MPI "
+          "at the same prefix on every node or pass --prefix, and install openssh-client in the image"),
+    Cause("mpi.ssh", "mpirun could not start the remote side over SSH (key refused, host key unknown or "
+          "changed, connection refused)",
+          "sparkpair setup-network (node keys and verified host keys), then sparkpair doctor --only trust; with "
+          "the sshd transport also sparkpair doctor --only ports.sshd"),
+    Cause("mpi.slots", "mpirun has fewer slots than the ranks asked for, or started a different number of "
+          "ranks than the engine needs",
+          "one rank per Spark: a hostfile line 'ADDRESS slots=1' for each node and -np 2 (sparkpair render "
+          "shows both); by hand add slots=N, -H host:N or --oversubscribe"),
+    Cause("engine.launcher", "trtllm-serve ran on several nodes without trtllm-llmapi-launch, so each rank "
+          "saw only its own node's GPU",
+          "start it as mpirun ... trtllm-llmapi-launch trtllm-serve ... (sparkpair launch does; sparkpair "
+          "render shows the line)"),
+    Cause("fabric.interface", "NCCL, Gloo, UCX or Open MPI was told to use a network interface that is "
+          "missing, wrong, loopback or without an address on that node",
+          "name the Up QSFP twins (ibdev2netdev) in NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, UCX_NET_DEVICES "
+          "and OMPI_MCA_btl_tcp_if_include on both nodes; sparkpair doctor --only links, then sparkpair "
+          "setup-network"),
+    Cause("fabric.roce", "RoCE between the nodes failed (wrong or mismatched GID index, link-local GID, an "
+          "unusable HCA, completion errors)",
+          "ibdev2netdev and show_gids on both nodes: NCCL_IB_HCA must list the Up twins' RoCE devices and "
+          "NCCL_IB_GID_INDEX the RoCE v2 IPv4 GID of each node (it can differ per node); sparkpair doctor "
+          "--deep --only links,deep"),
+    Cause("fabric.unreachable", "the peer's fabric address cannot be reached (no route, network unreachable, "
+          "connection refused at bootstrap)",
+          "sparkpair doctor --only links,path (addresses on the twins, pings both ways), then sparkpair "
+          "setup-network"),
+    Cause("config.invalid", "the engine rejected its configuration (an unknown key or a bad value)",
+          "fix the key under models.PROFILE.llm_api in the inventory (by hand: extra-llm-api-config.yml or "
+          "the option); sparkpair inventory check validates it against TensorRT-LLM's schema"),
+    Cause("disk.full", "no space left on the disk that holds the model cache",
+          "free space, or point container.hf_cache at a larger volume on every node; sparkpair doctor "
+          "--only models.disk"),
+    Cause("model.access", "the model could not be reached: gated or unauthorised, not found, or missing from "
+          "the cache while offline",
+          "export HF_TOKEN of an account granted access on the model's page and check the repo id; sparkpair "
+          "launch puts the models on both nodes (sparkpair doctor --only models)"),
+    Cause("port.busy", "a port the engine binds is already taken (the serving port, the container's sshd "
+          "port or a rendezvous port)",
+          "sparkpair doctor --only ports names the holder; sparkpair stop if an old engine holds it, "
+          "otherwise stop the holder or change server.port"),
+    Cause("memory.oom", "a rank ran out of memory (CUDA out of memory, killed by signal 9 or by a memory "
+          "monitor)",
+          "sudo sh -c 'sync; echo 3 > /proc/sys/vm/drop_caches' on both nodes; sparkpair doctor --only memory; "
+          "lower kv_cache_config.free_gpu_memory_fraction under models.PROFILE.llm_api"),
+    Cause("rendezvous.timeout", "the ranks never all joined: a store or a collective timed out waiting for "
+          "a peer",
+          "read the other node's rank log for its own error first (sparkpair logs); then sparkpair doctor "
+          "--only links,path and sparkpair doctor --deep"),
+    Cause("startup.stalled", "the log stops in the middle of the start without an error",
+          "sparkpair logs on both nodes; a stall before NCCL points at MPI or the fabric (sparkpair doctor "
+          "--deep), one while loading at disk or memory (sparkpair doctor --only models,memory); a first "
+          "download can need a longer --timeout"),
+)
+CAUSE_IDS: tuple[str, ...] = tuple(cause.id for cause in CAUSES)
+STALLED = "startup.stalled"
+
+
+def _sig(cause: str, pattern: str, weight: int = DECISIVE, explains: tuple[str, ...] = (),
+         lines_before: int = 0) -> Signature:
+    return Signature(cause, re.compile(pattern, re.IGNORECASE), weight, explains, lines_before)
+
+
+ORTE_START = ("mpi.ssh", "mpi.remote-env", "fabric.unreachable", "fabric.interface")
+HOST = r"(?P<subject>\S+?)"
+
+SIGNATURES: tuple[Signature, ...] = (
+    # RoCE first: its lines also carry generic errno text ("Network is unreachable", "No such device").
+    _sig("fabric.roce", r"\bCall to ibv_\w+ failed\b|\bibv_modify_qp failed\b"),
+    _sig("fabric.roce", r"NET/IB\s*:\s*Got completion (?:from peer \S+ )?with (?:error|status=)"),
+    _sig("fabric.roce", r"\bgot completion with error\b|IBV_WC_RETRY_EXC_ERR|transport retry counter exceeded"),
+    _sig("fabric.roce", r"\bunhandled system error\b", STRONG),
+    _sig("fabric.roce", r"NET/IB\s*:\s*(?:No device found|Unable to open device)", HINT),
+    # The remote side of mpirun.
+    _sig("mpi.remote-env", r"\b(?:orted|prted)\s*:\s*(?:command )?not found\b|"
+                           r"\b(?:orted|prted)\s*:\s*No such file or directory"),
+    _sig("mpi.remote-env", r"\b(?:orted|prted): error while loading shared libraries|"
+                           r"\b(?:orted|prted): Error: unknown option"),
+    _sig("mpi.remote-env", r'MCA parameter "plm_rsh_agent" was set to a path'),
+    _sig("mpi.remote-env", r"\bssh\s*:\s*(?:command )?not found\b"),
+    _sig("mpi.remote-env", r"Unable to start a daemon on the local node", STRONG),
+    _sig("fabric.unreachable", rf"ssh: connect to host {HOST} port \d+: "
+                               r"(?:No route to host|Connection timed out|Network is unreachable)"),
+    _sig("mpi.ssh", r"Permission denied \((?:publickey|password|keyboard-interactive|hostbased)"),
+    _sig("mpi.ssh", r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED"),
+    _sig("mpi.ssh", rf"ssh: connect to host {HOST} port \d+: Connection refused"),
+    _sig("mpi.ssh", r"(?:ssh_exchange|kex_exchange)_identification: .*(?:closed|reset)"),
+    _sig("mpi.ssh", rf"ssh: Could not resolve hostname {HOST}:"),
+    _sig("mpi.ssh", r"(?:ORTE|PRTE) was unable to (?:reliably )?start one or more daemons", HINT,
+         explains=ORTE_START),
+    _sig("mpi.slots", r"not enough slots available in the system|\bnot enough slots\b"),
+    _sig("mpi.slots", r"\bMPI world size is \d+, but\b", STRONG),
+    # The container and its GPU.
+    _sig("image.platform", r"exec format error"),
+    _sig("image.platform", r"no matching manifest for linux/arm64"),
+    _sig("image.platform", r"platform \((?P<subject>linux/[\w/]+)\) does not match the (?:expected|detected host) "
+                           r"platform", HINT),
+    _sig("driver.version", r"requirement error: unsatisfied condition: cuda\s*>="),
+    _sig("driver.version", r"CUDA driver version is insufficient for CUDA runtime version|cudaErrorInsufficientDriver"),
+    _sig("driver.version", r"The NVIDIA driver on your system is too old"),
+    _sig("driver.version", r"forward compatibility was attempted on non supported HW"),
+    _sig("driver.version", r"unsupported display driver / cuda driver combination", STRONG),
+    _sig("gpu.runtime", r'could not select device driver "[^"]*" with capabilities'),
+    _sig("gpu.runtime", r"unknown or invalid runtime name: nvidia|Unknown runtime specified nvidia"),
+    _sig("gpu.runtime", r"Failed to initialize NVML"),
+    _sig("gpu.runtime", r"nvidia-container-cli: (?:initialization|mount) error"),
+    _sig("gpu.runtime", r"libnvidia-ml\.so(?:\.1)?: cannot open shared object file"),
+    _sig("gpu.runtime", r"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver", STRONG),
+    _sig("gpu.runtime", r"Found no NVIDIA driver on your system|no CUDA-capable device is detected", STRONG),
+    # The engine and its launcher.
+    _sig("engine.launcher", r"Only \d+ GPUs? (?:is|are) available, but \d+ (?:is|are) required"),
+    _sig("engine.launcher", r"Number of GPUs per node \d+ must be at least as large as TP"),
+    # Which interface the fabric libraries use.
+    _sig("fabric.interface", rf"Unable to find address for:? {HOST}\s*$"),
+    _sig("fabric.interface", r"\bifa != nullptr\b"),
+    _sig("fabric.interface", r"\bno (?:usable |listening |socket |NCCL_SOCKET_IFNAME )*interfaces? found\b"),
+    _sig("fabric.interface", r"Socket operation on non-socket"),
+    _sig("fabric.interface", r"is neither AF_INET\(2\) nor AF_INET6\(10\)"),
+    _sig("fabric.interface", r"None of the TCP networks specified to be included for out-of-band"),
+    _sig("fabric.interface", r"An invalid value was given for (?:btl|oob)_tcp_if_(?:in|ex)clude", STRONG),
+    _sig("fabric.interface", rf"network device '{HOST}' is not available", HINT),
+    _sig("fabric.interface", r"NCCL INFO (?:Bootstrap|NET/Socket) : Using (?:\[\d+\])?lo:", HINT),
+    # Reaching the peer.
+    _sig("fabric.unreachable", r"No route to host|Network is unreachable"),
+    _sig("fabric.unreachable", r"ORTE does not know how to route a message|No OOB path to target", STRONG),
+    _sig("fabric.unreachable", r"unable to complete a TCP connection\s+to another process", STRONG),
+    _sig("fabric.unreachable", r"(?:ORTE|PRTE) has lost communication with a remote daemon", STRONG),
+    _sig("fabric.unreachable", r"An? (?:ORTE|PRRTE|PRTE) daemon has unexpectedly failed after launch", STRONG),
+    _sig("fabric.unreachable", r"Call to connect returned Connection refused", HINT),
+    # Rendezvous of the ranks.
+    _sig("rendezvous.timeout", r"Timed out after \d+ seconds waiting for (?:clients|workers)", STRONG),
+    _sig("rendezvous.timeout", r"client socket has timed out after \d+m?s while trying to connect", STRONG),
+    _sig("rendezvous.timeout", r"Watchdog caught collective operation timeout", STRONG),
+    _sig("rendezvous.timeout", r"DistStoreError: Socket Timeout|\bwait timeout after \d+ms, keys:", STRONG),
+    # Configuration, model, disk, port.
+    _sig("config.invalid", r"\d+ validation errors? for \w*(?:Args|Config)\b", STRONG),
+    _sig("config.invalid", r"\w*(?:Args|Config)\.__init__\(\) got an unexpected keyword argument "
+                           r"'(?P<subject>[^']+)'"),
+    _sig("config.invalid", r"Extra inputs are not permitted", HINT, lines_before=1),
+    _sig("config.invalid", r"^Error: (?:No such option|Invalid value for)\b"),
+    _sig("config.invalid", r"\byaml\.(?:scanner|parser)\.\w*Error\b", STRONG),
+    _sig("disk.full", r"No space left on device|Disk quota exceeded"),
+    _sig("disk.full", r"Not enough free disk space to download the file", HINT),
+    _sig("model.access", r"\bGatedRepoError\b|Cannot access gated repo|Access to model \S+ is restricted"),
+    _sig("model.access", r"\bRepositoryNotFoundError\b|Repository Not Found for url"),
+    _sig("model.access", r"\bLocalEntryNotFoundError\b|outgoing traffic has been disabled"),
+    _sig("model.access", r"couldn't find them in the cached files|We couldn't connect to 'https://huggingface\.co'"),
+    _sig("model.access", r"is not a local folder and is not a valid model identifier"),
+    _sig("model.access", r"401 Client Error|Unauthorized for url: https://huggingface\.co|Invalid user token", STRONG),
+    _sig("model.access", r"does not appear to have a file named", STRONG),
+    _sig("port.busy", r"address already in use"),
+    # Memory, last: its generic words come last.
+    _sig("memory.oom", r"CUDA out of memory|CUDA error: out of memory|cudaErrorMemoryAllocation"),
+    _sig("memory.oom", r"\bOutOfMemoryError\b|Out of memory: Kill(?:ed)? process"),
+    _sig("memory.oom", r"\b(?:exited|killed|terminated) on signal 9\b|\bsignal 9 \(Killed\)"),
+    _sig("memory.oom", r"\bstd::bad_alloc\b|\bMemoryError\b", STRONG),
+    _sig("memory.oom", r"^\s*Killed\s*$|exit(?:ed)? (?:code|status):? ?137\b", HINT),
+)

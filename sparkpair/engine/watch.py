@@ -1,0 +1,264 @@
+"""The launch watchdog: where each rank is, whether it still moves, and when a start has stalled.
+
+Each poll asks every rank node once (one SSH round trip per node, both at once) for its rank's
+processes (CPU time, resident memory, reads of the model files, run state), the GPU memory of
+compute processes, and what the rank printed since the last poll (Open MPI writes a rank's output
+files on the rank's own node). A rank's
+stage comes from its own output (`engine.stages`, the classifier's judge). A rank progresses when it
+prints, its memory grows, it reads the model files, or, in the stages where it works alone
+(start-up, loading, warm-up, executor start), its CPU time grows; while the ranks wait on each other
+(MPI start, the MPI session, NCCL init) a spinning wait is no progress. A start has stalled when
+every rank has gone without progress for the stall limit of the stage it is in: a rank waiting for
+a peer that still loads is not stalled, since the peer progresses. Pure apart from `Watchdog.poll`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+from sparkpair import probes
+from sparkpair.engine import stages
+from sparkpair.probes import ProbeFailure, ranks
+from sparkpair.probes.models import RepoManifest
+from sparkpair.progress import Event, Progress
+from sparkpair.transport import NodeConnection, Pair
+
+STARTING = stages.Stage("start", "mpirun is starting the ranks; they have printed nothing yet", re.compile(r"(?!)"))
+ALL_STAGES: tuple[stages.Stage, ...] = (STARTING, *stages.STAGES)
+LABELS = {"start": "MPI start", "launcher": "rank start-up", "mpi": "MPI session", "model": "model load",
+          "nccl": "NCCL init", "warmup": "autotune/warm-up", "executor": "executor start", "serving": "server start"}
+# Seconds a stage may go without any progress signal (docs/runbooks.md#launch-stalled explains each).
+# executor as long as warm-up: TensorRT-LLM allocates a first KV cache (the executor stage's line) before it
+# autotunes and captures CUDA graphs, so a real log shows the executor stage through them.
+DEFAULT_LIMITS = {"start": 180.0, "launcher": 300.0, "mpi": 300.0, "model": 600.0, "nccl": 90.0,
+                  "warmup": 1800.0, "executor": 1800.0, "serving": 300.0}
+WORKS_ALONE = frozenset({"launcher", "model", "warmup", "executor", "serving"})  # CPU time counts there
+MEMORY_STEP = 1 << 20      # growth that counts as progress
+CPU_STEP = 0.5             # CPU seconds that count as progress
+SHOW_SILENCE_AFTER = 20.0  # a rank's line says how long nothing moved once it is this long
+
+
+def parse_stall_after(text: str) -> dict[str, float]:
+    """`--stall-after`: SECONDS for every stage, and/or STAGE=SECONDS for some (`600`, `nccl=60,warmup=3600`).
+
+    Raises ValueError naming what is wrong."""
+    limits: dict[str, float] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, _, value = item.rpartition("=")
+        try:
+            seconds = float(value)
+        except ValueError:
+            raise ValueError(f"{value!r} is not a number of seconds") from None
+        if not 0 < seconds <= 86400:
+            raise ValueError(f"{value} s: a stall limit is between 1 and 86400 seconds")
+        if name and name not in DEFAULT_LIMITS:
+            raise ValueError(f"no stage {name!r}; stages: {', '.join(DEFAULT_LIMITS)}")
+        limits.update({name: seconds} if name else dict.fromkeys(DEFAULT_LIMITS, seconds))
+    return limits
+
+
+def weight_bytes(manifest: RepoManifest) -> int:
+    """Bytes of a repo's weights (its .safetensors files) in the cache."""
+    return sum(manifest.blobs.get(blob, 0) for path, blob in manifest.files.items() if path.endswith(".safetensors"))
+
+
+def expected_bytes(target: RepoManifest, draft: RepoManifest | None, tp_size: int) -> int:
+    """What one rank holds once loaded: its share of the target's weights and the whole draft head."""
+    return weight_bytes(target) // max(1, tp_size) + (weight_bytes(draft) if draft else 0)
+
+
+def size(value: float) -> str:
+    return f"{value / 2**30:.1f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
+
+
+@dataclass
+class RankWatch:
+    """One rank as the watchdog follows it: its output so far, its process facts, its last progress."""
+
+    node: str
+    rank: int | None                 # None: a one-node engine (no MPI ranks)
+    files: tuple[str, ...]           # its output files in its node's engine container
+    expected: int                    # bytes it holds once loaded (0: unknown)
+    last_progress: float
+    offsets: dict[str, int] = field(default_factory=dict)
+    partial: dict[str, str] = field(default_factory=dict)
+    where: stages.Position | None = None
+    cpu_s: float = 0.0
+    memory: int = 0
+    reads: dict[str, int] = field(default_factory=dict)
+    processes: int = 0
+    stopped: bool = False
+    base_cpu: float = 0.0
+    base_memory: int | None = None
+    base_reads: int = 0
+    floor: int | None = None         # memory as the weights began to load (the first poll that saw it)
+    floor_set: bool = False
+    moved: str = ""
+
+    @property
+    def stage(self) -> stages.Stage:
+        return self.where.current if self.where else STARTING
+
+    @property
+    def model_read(self) -> int:
+        return sum(self.reads.values())
+
+    @property
+    def loaded(self) -> int:
+        """Memory grown since just before the weights began to load."""
+        return max(0, self.memory - (self.floor if self.floor is not None else self.memory))
+
+    @property
+    def name(self) -> str:
+        return f"{self.node} (rank {self.rank})" if self.rank is not None else self.node
+
+    def silent_for(self, now: float) -> float:
+        return max(0.0, now - self.last_progress)
+
+    def offsets_asked(self) -> tuple[tuple[str, int], ...]:
+        return tuple((path, self.offsets.get(path, 0)) for path in self.files)
+
+    def observe(self, output: dict[str, ranks.OutputChunk] | None, processes: list[ranks.RankProcess] | None,
+                gpu_bytes: int, now: float) -> None:
+        """Take in one poll's facts (None: not asked or not answered) and note whether the rank progressed."""
+        printed = self._read_output(output or {})
+        if processes is not None:
+            self.processes = len(processes)
+            self.stopped = any(process.stopped for process in processes)
+            self.cpu_s = sum(process.cpu_s for process in processes)
+            self.memory = sum(process.rss for process in processes) + (gpu_bytes if processes else 0)
+            for process in processes:
+                for path, done in {**process.files, **process.mapped}.items():
+                    self.reads[path] = max(self.reads.get(path, 0), done)
+            if processes and not self.floor_set:  # frozen at the first poll that sees the weights loading
+                self.floor = self.memory
+                self.floor_set = stages.stage_index(self.stage.name) >= stages.stage_index("model")
+        moved = ["output"] if printed else []
+        if self.base_memory is None:
+            self.base_memory = self.memory
+        if self.memory >= self.base_memory + MEMORY_STEP:
+            moved.append("memory")
+        if self.model_read > self.base_reads:
+            moved.append("model reads")
+        if self.stage.name in WORKS_ALONE and self.cpu_s >= self.base_cpu + CPU_STEP:
+            moved.append("CPU")
+        self.base_memory = min(self.base_memory, self.memory)
+        if moved:
+            self.last_progress, self.moved = now, ", ".join(moved)
+            self.base_cpu, self.base_memory, self.base_reads = self.cpu_s, self.memory, self.model_read
+
+    def _read_output(self, output: dict[str, ranks.OutputChunk]) -> bool:
+        printed = False
+        for path in self.files:
+            chunk = output.get(path)
+            if chunk is None or chunk.size < 0:
+                continue
+            if chunk.size < self.offsets.get(path, 0):  # a new file (a new start): read it from the top
+                self.offsets[path], self.partial[path] = 0, ""
+            if not chunk.data:
+                continue
+            printed = True
+            self.offsets[path] = min(chunk.size, self.offsets.get(path, 0) + ranks.OUTPUT_LIMIT)
+            pieces = (self.partial.get(path, "") + chunk.data).split("\n")
+            self.partial[path] = pieces.pop()
+            lines = stages.clean_lines("\n".join(pieces))
+            self.where = stages.advance(self.where, lines + stages.clean_lines(self.partial[path]))
+        return printed
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A start that stopped moving: the stage and rank furthest behind, and every rank's state."""
+
+    stage: stages.Stage
+    where: str                       # "spark-b (rank 1)"
+    seconds: float                   # how long the furthest-behind rank has been without progress
+    limit: float
+    ranks: tuple[str, ...]           # each rank in words
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.stage.name]
+
+    def detail(self) -> str:
+        cpu = "" if self.stage.name in WORKS_ALONE else "; CPU time does not count while ranks wait on each other"
+        return (f"no progress for {self.seconds:.0f} s in {self.label} ({self.stage.description}) on {self.where}: "
+                f"no new output, no memory growth, no reads of the model files{cpu} "
+                f"(stall limit for {self.label}: {self.limit:.0f} s; --stall-after changes it). "
+                + "; ".join(self.ranks))
+
+
+def stalled(watched: list[RankWatch], limits: dict[str, float], now: float) -> Stall | None:
+    """The stall, when every rank has gone without progress for at least its stage's limit."""
+    if not watched or any(rank.silent_for(now) < limits[rank.stage.name] for rank in watched):
+        return None
+    order = [stage.name for stage in ALL_STAGES]
+    behind = min(watched, key=lambda rank: (order.index(rank.stage.name), -rank.silent_for(now)))
+    states = tuple(f"{rank.name}: {LABELS[rank.stage.name]}, nothing moved for {rank.silent_for(now):.0f} s"
+                   + (", stopped (SIGSTOP)" if rank.stopped else "") for rank in watched)
+    return Stall(behind.stage, " and ".join(rank.name for rank in watched), behind.silent_for(now),
+                 limits[behind.stage.name], states)
+
+
+def describe(rank: RankWatch, limits: dict[str, float], now: float) -> str:
+    """One rank's live line: stage, memory against what it will hold, model reads, CPU time."""
+    label = f"rank {rank.rank}" if rank.rank is not None else "engine"
+    text = f"{label} {LABELS[rank.stage.name]}: "
+    if not rank.processes:
+        text += "no rank process yet"
+    else:
+        share = f" ({100 * rank.loaded / rank.expected:.0f} %)" if rank.expected else ""
+        of = f" of {size(rank.expected)}" if rank.expected else ""
+        text += (f"{size(rank.loaded)}{of} loaded{share}, {size(rank.model_read)} read from the model files, "
+                 f"CPU {rank.cpu_s:.0f} s")
+    if rank.stopped:
+        text += ", stopped (SIGSTOP)"
+    silent = rank.silent_for(now)
+    if silent >= SHOW_SILENCE_AFTER:
+        text += f", nothing moved for {silent:.0f} s (limit {limits[rank.stage.name]:.0f} s)"
+    return text
+
+
+class Watchdog:
+    """Polls the ranks of one start, reports one live line per node, and says when the start stalled."""
+
+    def __init__(self, pair: Pair, container: str, nodes: list[str], model_root: str, rank_files: list[list[str]],
+                 expected: dict[str, int], limits: dict[str, float], progress: Progress) -> None:
+        now = time.monotonic()
+        self.pair, self.container, self.nodes, self.model_root = pair, container, nodes, model_root
+        self.limits = {**DEFAULT_LIMITS, **limits}
+        self.progress = progress
+        self.ranks = [RankWatch(node, index if len(nodes) > 1 else None, tuple(rank_files[index]),
+                                expected.get(node, 0), now) for index, node in enumerate(nodes)]
+
+    def poll(self) -> Stall | None:
+        """Ask both nodes once, update every rank, report, and return the stall if the start stalled."""
+        answers = self.pair.each(self._ask, names=self.nodes)
+        now = time.monotonic()
+        for rank in self.ranks:
+            facts = answers.values.get(rank.node)
+            output = facts.value(ranks.output(self.container, rank.offsets_asked())) if facts else None
+            found = facts.get(ranks.processes(self.container, self.model_root)) if facts else None
+            gpu = facts.value(ranks.COMPUTE_APPS) if facts else None
+            rank.observe(output, None if isinstance(found, ProbeFailure) else found, sum((gpu or {}).values()), now)
+            self.progress(Event(rank.node, describe(rank, self.limits, now), key=f"engine {rank.node}"))
+        return stalled(self.ranks, self.limits, now)
+
+    def finish(self, outcome: str) -> None:
+        """Close every rank's live line with how the start ended (ready: what it loaded, in all)."""
+        now = time.monotonic()
+        for rank in self.ranks:
+            label = f"rank {rank.rank}" if rank.rank is not None else "engine"
+            text = (f"{label} {outcome}: {size(rank.loaded)} loaded, {size(rank.model_read)} read from the model files, "
+                    f"CPU {rank.cpu_s:.0f} s" if outcome == "ready" else f"{describe(rank, self.limits, now)}; {outcome}")
+            self.progress(Event(rank.node, text, key=f"engine {rank.node}", done=1, total=1))
+
+    def _ask(self, connection: NodeConnection) -> probes.NodeFacts:
+        asked: list[probes.Probe[object]] = [ranks.processes(self.container, self.model_root), ranks.COMPUTE_APPS]
+        asked += [ranks.output(self.container, rank.offsets_asked()) for rank in self.ranks
+                  if rank.node == connection.name]
+        return probes.gather(connection, asked, timeout=30)

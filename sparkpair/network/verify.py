@@ -1,0 +1,69 @@
+"""setup-network's verification: doctor's own link and trust checks, over facts probed after the apply.
+
+There is one judge of a link (`sparkpair.checks.links`); this module only gathers what it needs
+from both nodes, polls until the link passes or a deadline ends, and turns what the judge found
+into problems: every FAIL, and every WARN that setup-network itself should have fixed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from sparkpair import probes
+from sparkpair.checks import SETUP_NETWORK, CheckFunction, Finding, Status, judge, links
+from sparkpair.inventory import Inventory, Node
+from sparkpair.probes import NodeFacts, net
+from sparkpair.transport import NodeConnection, Pair
+
+LINK_CHECKS: list[tuple[str, CheckFunction]] = [("links", links.check_links), ("links", links.check_pair_links),
+                                                ("path", links.check_path)]
+TRUST_CHECKS: list[tuple[str, CheckFunction]] = [("trust", links.check_trust)]
+
+
+def problems(findings: Iterable[Finding]) -> list[str]:
+    """`node: detail` for every FAIL, and every WARN that setup-network is there to fix."""
+    return [f"{finding.node}: {finding.detail}" for finding in findings
+            if finding.status is Status.FAIL or (finding.status is Status.WARN and finding.fixed_by == SETUP_NETWORK)]
+
+
+def _gather_and_judge(pair: Pair, inventory: Inventory, probes_of: object, checks: list[tuple[str, CheckFunction]],
+                      only: Iterable[str]) -> list[str]:
+    result = pair.each(lambda c: probes.gather(c, probes_of(inventory, inventory.node(c.name))))  # type: ignore[operator]
+    unreachable = {name: str(error) for name, error in result.failed.items()}
+    nodes = {name: result.values.get(name, NodeFacts()) for name in result}
+    return result.error_lines() + problems(judge(inventory, nodes, checks, only, unreachable))
+
+
+def verification_probes(inventory: Inventory, node: Node) -> list[probes.Probe[object]]:
+    """What the VERIFIED link checks need from node: interfaces, the crossing test, both pings per twin."""
+    return links.link_probes(inventory, node, verify_only=True)
+
+
+def verify_link(pair: Pair, inventory: Inventory, deadline_s: float = 20.0) -> list[str]:
+    """Poll both nodes until the link verifies or the deadline passes; the remaining problems."""
+    end = time.monotonic() + deadline_s
+    while True:
+        found = _gather_and_judge(pair, inventory, verification_probes, LINK_CHECKS, links.VERIFIED)
+        if not found or time.monotonic() >= end:
+            return found
+        time.sleep(1.0)
+
+
+def verify_trust(pair: Pair, inventory: Inventory) -> list[str]:
+    """ssh -o BatchMode=yes from each node to every QSFP address of the other; the failures."""
+    return _gather_and_judge(pair, inventory, links.trust_probes, TRUST_CHECKS, ["trust.ssh"])
+
+
+def node_state(connection: NodeConnection, node: Node) -> str:
+    """One line describing a node's twins now (for reports after a failure)."""
+    interfaces = probes.gather(connection, [net.INTERFACES]).get(net.INTERFACES)
+    if not isinstance(interfaces, dict):
+        return str(interfaces)
+    parts = []
+    for name in node.links:
+        interface = interfaces.get(name)
+        parts.append(f"{name} absent" if interface is None else
+                     f"{name} {'up' if interface.admin_up else 'down'} mtu {interface.mtu} "
+                     f"{','.join(interface.ipv4) or 'no address'}")
+    return "; ".join(parts)

@@ -1,0 +1,224 @@
+"""NVIDIA's two-Spark TensorRT-LLM recipe as data: container spec, env, hostfile, command lines.
+
+Pure functions of the inventory and a profile; render writes them as files, launch runs them.
+Where sparkpair departs from the playbook it says why (docs/profiles.md lists every change).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkpair import paths
+from sparkpair.inventory import Inventory, Node
+from sparkpair.inventory.profiles import Profile
+
+# Where things live inside the engine container (all mounted from the node; sparkpair.paths).
+CONFIG_DIR = paths.CONTAINER_CONFIG
+SECRETS_DIR = paths.CONTAINER_SECRETS
+SSH_DIR = paths.CONTAINER_SSH
+HF_HOME = paths.CONTAINER_HF_HOME
+LOG_DIR = paths.CONTAINER_LOGS
+HOSTFILE = f"{CONFIG_DIR}/openmpi-hostfile"
+LLM_API_CONFIG = f"{CONFIG_DIR}/extra-llm-api-config.yml"
+RSH_AGENT = f"{CONFIG_DIR}/mpi-rsh-agent"
+ENTRYPOINT = f"{CONFIG_DIR}/entrypoint.sh"
+HF_TOKEN_FILE = f"{SECRETS_DIR}/hf_token"
+HOST_KEY = paths.CONTAINER_HOST_KEY
+# On the node, relative to the user's home.
+NODE_STATE_DIR = paths.STATE_DIR.removeprefix("~/")
+NODE_CONFIG_DIR = paths.CONFIG_DIR.removeprefix("~/")
+NODE_SECRETS_DIR = paths.SECRETS_DIR.removeprefix("~/")
+MODEL_LINKS = paths.MODEL_LINKS
+
+
+@dataclass(frozen=True)
+class NodeFabric:
+    """What one node's ranks need to run NCCL over RoCE, asked of that node (checks.roce.node_fabric):
+    the RDMA devices of its twins, and the GID index of their IPv4 RoCE v2 entry when all twins share one."""
+
+    hcas: tuple[str, ...]
+    gid_index: int | None = None
+
+    def env(self) -> dict[str, str]:
+        """NCCL_IB_HCA and, when known, NCCL_IB_GID_INDEX."""
+        env = {"NCCL_IB_HCA": ",".join(self.hcas)} if self.hcas else {}
+        return env | ({"NCCL_IB_GID_INDEX": str(self.gid_index)} if self.gid_index is not None else {})
+
+
+def repo_dirname(repo: str) -> str:
+    """The HF hub cache directory of a repo id: models--org--name."""
+    return "models--" + repo.replace("/", "--")
+
+
+def model_link(repo: str) -> str:
+    """A stable in-container path to the repo's snapshot (launch points it at the verified revision)."""
+    return f"{HF_HOME}/{MODEL_LINKS}/{repo.replace('/', '--')}"
+
+
+def container_env(inventory: Inventory, fabric: NodeFabric | None = None) -> dict[str, str]:
+    """Environment of one node's engine container: the recipe's variables, built from the inventory, with
+    that node's NCCL_IB_HCA and NCCL_IB_GID_INDEX when its fabric was asked of it (launch, doctor --deep);
+    the inventory's container.env last."""
+    twins = ",".join(inventory.head.links)
+    env = {
+        "UCX_NET_DEVICES": twins,
+        "NCCL_SOCKET_IFNAME": twins,
+        **(fabric.env() if fabric else {}),
+        "OMPI_MCA_btl_tcp_if_include": twins,
+        "OMPI_MCA_oob_tcp_if_include": twins,
+        "OMPI_MCA_orte_default_hostfile": HOSTFILE,
+        "OMPI_MCA_rmaps_ppr_n_pernode": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+        "CPATH": "/usr/local/cuda/include",
+        "TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas",
+        "HF_HOME": HF_HOME,
+        "HF_TOKEN_PATH": HF_TOKEN_FILE,
+        "HF_HUB_OFFLINE": "1",
+    }
+    env.update(inventory.container.env)
+    return env
+
+
+# Variables every rank must see; OpenMPI forwards only what -x names (ssh sessions into a
+# container do not inherit `docker run -e`). NVIDIA's recipe passes CPATH, TRITON_PTXAS_PATH and
+# HF_TOKEN; sparkpair passes HF_TOKEN_PATH instead so the token never appears in argv. NCCL_IB_HCA
+# and NCCL_IB_GID_INDEX are per node: -x would give every rank the head's values, so each rank
+# reads its own container's (docker exec keeps them; the sshd entrypoint hands them to sessions).
+FORWARDED_ENV = ("CPATH", "TRITON_PTXAS_PATH", "HF_TOKEN_PATH", "HF_HOME", "HF_HUB_OFFLINE",
+                 "NCCL_SOCKET_IFNAME", "UCX_NET_DEVICES")
+PER_NODE_ENV = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX")
+
+
+def hostfile_lines(inventory: Inventory) -> list[str]:
+    """OpenMPI hostfile: the address of each node's first link, head first, one slot each."""
+    return [f"{next(iter(node.links.values())).ip} slots=1" for node in inventory.nodes]
+
+
+def serve_argv(inventory: Inventory, profile: Profile) -> list[str]:
+    """trtllm-serve and its flags; everything else goes in the LLM-API YAML."""
+    argv = ["trtllm-serve", profile.target]
+    flags: dict[str, Any] = {**profile.serve_args, "tp_size": profile.tp_size}
+    for name, value in flags.items():
+        if value is True:
+            argv.append(f"--{name}")
+        elif value is not False:
+            argv += [f"--{name}", str(value)]
+    return argv + ["--extra_llm_api_options", LLM_API_CONFIG,
+                   "--port", str(inventory.server.port), "--host", "0.0.0.0"]
+
+
+def passed_flags(inventory: Inventory, profile: Profile) -> set[str]:
+    """The trtllm-serve flags (with leading --) the launch passes."""
+    return {arg for arg in serve_argv(inventory, profile) if arg.startswith("--")}
+
+
+def llm_api_options(profile: Profile) -> dict[str, Any]:
+    """The --extra_llm_api_options YAML: the profile's settings plus its speculative config."""
+    options = dict(profile.llm_api)
+    if profile.draft:
+        options["speculative_config"] = {
+            "decoding_type": profile.decoding_type or "Eagle",
+            "max_draft_len": profile.max_draft_len or 3,
+            "speculative_model_dir": model_link(profile.draft),
+        }
+    return options
+
+
+def mpirun_argv(inventory: Inventory, profile: Profile) -> list[str]:
+    """The mpirun line run in the head container (TP=2) or the bare serve line (TP=1)."""
+    serve = serve_argv(inventory, profile)
+    if not profile.is_pair:
+        return serve
+    argv = ["mpirun", "-np", "2", "--hostfile", HOSTFILE, "--mca", "plm_rsh_agent", RSH_AGENT,
+            "--output-filename", f"{LOG_DIR}/ranks"]
+    for name in FORWARDED_ENV:
+        argv += ["-x", name]
+    return argv + ["trtllm-llmapi-launch"] + serve
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """What `docker run` gets on one node; compared field by field to decide reuse."""
+
+    image: str
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    mounts: dict[str, tuple[str, str]]          # container path -> (host path, "ro"|"rw")
+    gpus: bool
+    devices: list[str] = field(default_factory=list)
+    ulimits: dict[str, int] = field(default_factory=lambda: {"memlock": -1, "stack": 67108864})
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def container_spec(inventory: Inventory, node: Node, home: str, *, gpus: bool,
+                   infiniband: bool, fabric: NodeFabric | None = None) -> ContainerSpec:
+    """NVIDIA's `docker run` for one node: host network and IPC, memlock -1, 64 MiB stack."""
+    container = inventory.container
+    mounts = {
+        CONFIG_DIR: (f"{home}/{NODE_CONFIG_DIR}", "ro"),
+        SECRETS_DIR: (f"{home}/{NODE_SECRETS_DIR}", "ro"),
+        SSH_DIR: (f"{home}/.ssh", "ro"),
+        HF_HOME: (hf_cache_on_node(inventory, home), "rw"),
+    }
+    command = ["sleep", "infinity"]
+    if container.mpi_transport == "sshd":
+        mounts[HOST_KEY] = ("/etc/ssh/ssh_host_ed25519_key", "ro")
+        command = ["/bin/sh", ENTRYPOINT]
+    return ContainerSpec(
+        image=container.image, name=container.name, command=command,
+        env=container_env(inventory, fabric), mounts=mounts, gpus=gpus,
+        devices=["/dev/infiniband"] if infiniband else [],
+        labels={"sparkpair.cluster": inventory.cluster.name, "sparkpair.node": node.name},
+    )
+
+
+def docker_run_argv(spec: ContainerSpec) -> list[str]:
+    """The `docker run` command equivalent to spec (for the runbook and for humans)."""
+    argv = ["docker", "run", "-d", "--name", spec.name, "--network", "host", "--ipc", "host"]
+    argv += [f"--ulimit={name}={value}" for name, value in spec.ulimits.items()]
+    argv += ["--gpus", "all"] if spec.gpus else []
+    for device in spec.devices:
+        argv += ["--device", f"{device}:{device}"]
+    for name, value in spec.labels.items():
+        argv += ["--label", f"{name}={value}"]
+    argv += ["--env-file", f"{spec.mounts[CONFIG_DIR][0]}/container.env"]
+    for target, (source, mode) in spec.mounts.items():
+        argv += ["-v", f"{source}:{target}:{mode}"]
+    return argv + [spec.image] + spec.command
+
+
+def shell_line(argv: list[str]) -> str:
+    """argv as one shell-safe line."""
+    return shlex.join(argv)
+
+
+def hf_cache_on_node(inventory: Inventory, home: str) -> str:
+    """The node's HF cache as an absolute path, given the user's home."""
+    cache = inventory.container.hf_cache.rstrip("/") or "/"
+    return home + cache[1:] if cache.startswith("~") else cache
+
+
+def download_argv(repo: str) -> list[str]:
+    """Fetch repo into the HF cache (run in the engine container as the node user)."""
+    return ["hf", "download", repo]
+
+
+def snapshot_link(repo: str, revision: str) -> tuple[str, str]:
+    """(link path relative to the HF cache, relative target) that model_link resolves through."""
+    link = f"{MODEL_LINKS}/{repo.replace('/', '--')}"
+    return link, f"../hub/{repo_dirname(repo)}/snapshots/{revision}"
+
+
+def sync_argv(inventory: Inventory, repo: str, home: str = "~") -> list[str]:
+    """Copy a repo's cache from the head to the worker over the first QSFP link (run on the head)."""
+    cache = hf_cache_on_node(inventory, home)
+    peer = next(iter(inventory.worker.links.values())).ip
+    source = f"{cache}/hub/{repo_dirname(repo)}"
+    remote = inventory.container.hf_cache.removeprefix("~/") if inventory.container.hf_cache.startswith("~/") \
+        else inventory.container.hf_cache
+    return ["rsync", "-a", "--partial", "--mkpath", "-e", "ssh -o BatchMode=yes -o StrictHostKeyChecking=yes", source,
+            f"{peer}:{remote.rstrip('/')}/hub/"]

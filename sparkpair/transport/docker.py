@@ -1,0 +1,124 @@
+"""Docker on a node, through the `docker` CLI over the node's one SSH connection.
+
+Why the CLI and not the Docker SDK: the SDK's SSH transport opens its own SSH session, which
+would verify host keys against ~/.ssh/known_hosts instead of the inventory's and could only
+share our verified connection through docker-py internals. The CLI runs over the connection that
+is already open and verified, speaks JSON (`docker container inspect`), and the `docker run` line
+it executes is the very line the runbook prints. Reads (inspect, info) are probes
+(`sparkpair.probes.docker`); this module holds the actions. Every failure is a SparkpairError
+naming the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from sparkpair.errors import SparkpairError, last_line
+from sparkpair.transport.shell import Shell
+from sparkpair.transport.ssh import NodeConnection
+
+DAEMON_ERRORS = ("Error response from daemon", "Error: No such container", "Cannot connect to the Docker daemon",
+                 "permission denied while trying to connect")
+
+
+class ContainerNotRunning(SparkpairError):
+    """docker exec found no running container of that name."""
+
+
+def run(connection: NodeConnection, argv: Sequence[str]) -> str:
+    """`docker run -d ...` (argv as render built it, starting with docker run); the new container's ID."""
+    if list(argv[:2]) != ["docker", "run"]:
+        raise ValueError(f"not a docker run line: {argv[:2]}")
+    result = connection.run(list(argv))
+    if not result.ok:
+        raise SparkpairError(f"docker run failed: {last_line(result.stderr, f'exit {result.exit_code}')}",
+                             node=connection.name)
+    return result.stdout.strip()
+
+
+def remove(connection: NodeConnection, name: str) -> bool:
+    """`docker rm -f name`; True when a container was removed, False when there was none (docker rm -f
+    prints the name of what it removed, and since Docker 20.10 exits 0 without a word when there is none)."""
+    result = connection.run(["docker", "rm", "-f", name])
+    if result.ok:
+        return bool(result.stdout.strip())
+    if "No such container" in result.stderr:
+        return False
+    raise SparkpairError(f"docker rm -f {name} failed: {last_line(result.stderr, f'exit {result.exit_code}')}",
+                         node=connection.name)
+
+
+def _exec_argv(name: str, argv: Sequence[str], user: str | None, environment: Mapping[str, str] | None,
+               detach: bool = False) -> list[str]:
+    options = ["-d"] if detach else []
+    options += ["-u", user] if user else []
+    for key, value in (environment or {}).items():
+        options += ["-e", f"{key}={value}"]
+    return ["docker", "exec", *options, name, *argv]
+
+
+def _refused(connection: NodeConnection, name: str, stderr: str) -> SparkpairError | None:
+    """The error when docker itself (not the command in the container) refused an exec, else None."""
+    last = last_line(stderr, "")
+    if "is not running" in last or "No such container" in last:
+        return ContainerNotRunning(f"engine container {name} is not running", node=connection.name,
+                                   hint="sparkpair launch")
+    if last.startswith(DAEMON_ERRORS):
+        return SparkpairError(f"docker exec {name} failed: {last}", node=connection.name)
+    return None
+
+
+def exec_in(connection: NodeConnection, name: str, argv: Sequence[str], *, user: str | None = None,
+            environment: Mapping[str, str] | None = None, timeout: float | None = None) -> tuple[int, str]:
+    """Run argv inside container name; (exit code, stdout then stderr). A container that is not
+    running raises ContainerNotRunning."""
+    result = connection.run(_exec_argv(name, argv, user, environment), timeout=timeout)
+    if not result.ok and (refused := _refused(connection, name, result.stderr)) is not None:
+        raise refused
+    return result.exit_code, result.stdout + result.stderr
+
+
+def exec_detached(connection: NodeConnection, name: str, argv: Sequence[str], *,
+                  environment: Mapping[str, str] | None = None) -> None:
+    """`docker exec -d`: start argv in the container and return at once."""
+    result = connection.run(_exec_argv(name, argv, None, environment, detach=True))
+    if not result.ok:
+        raise _refused(connection, name, result.stderr) or SparkpairError(
+            f"docker exec -d {name} failed: {last_line(result.stderr, f'exit {result.exit_code}')}",
+            node=connection.name)
+
+
+def stream_in(connection: NodeConnection, name: str, argv: Sequence[str], on_line: Callable[[str], None], *,
+              user: str | None = None, environment: Mapping[str, str] | None = None) -> int:
+    """Run argv in the container, handing each output line to on_line as it comes; the exit code."""
+    lines: list[str] = []
+
+    def seen(line: str) -> None:
+        lines[-1:] = [line]
+        on_line(line)
+
+    code = connection.stream(_exec_argv(name, argv, user, environment), seen)
+    if code != 0 and lines and (refused := _refused(connection, name, lines[-1])) is not None:
+        raise refused
+    return code
+
+
+def kill_matching(connection: NodeConnection, name: str, pattern: str, signal: str = "INT") -> None:
+    """pkill -SIGNAL -f pattern inside the container (best effort: a stopped container is no error)."""
+    connection.run(_exec_argv(name, ["pkill", f"-{signal}", "-f", pattern], None, None))
+
+
+def exec_line(name: str, argv: Sequence[str], *, user: str | None = None,
+              environment: Mapping[str, str] | None = None) -> Shell:
+    """`docker exec [-u USER] [-e K=V] name argv...` as a Shell command, to compose with others."""
+    return quoted(_exec_argv(name, argv, user, environment))
+
+
+def shell_in(name: str, script: str) -> list[str]:
+    """argv for `docker exec name sh -c script` (for probes batched with others)."""
+    return ["docker", "exec", name, "sh", "-c", script]
+
+
+def quoted(argv: Sequence[str]) -> Shell:
+    """argv as one Shell command line."""
+    return Shell(" ".join(["{}"] * len(argv)), *argv)

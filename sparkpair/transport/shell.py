@@ -1,0 +1,48 @@
+"""Commands for a node's shell: argv lists, or `Shell` templates whose `{}` slots are quoted here.
+
+The only place a value is put into a remote shell line.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+# Non-interactive SSH sessions on Debian get no sbin in PATH; ip, ss, ethtool live there.
+PATH_PREFIX = 'PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"; export PATH; '
+
+
+class Shell:
+    """A shell command line; each `{}` slot is filled with a shell-quoted argument.
+
+    Only the literal two characters `{}` are slots, so shell braces (`${HOME}`, `{ a; }`) are
+    safe in templates. The number of slots must match the number of arguments.
+    """
+
+    def __init__(self, template: str, *args: object) -> None:
+        pieces = template.split("{}")
+        if len(pieces) != len(args) + 1:
+            raise ValueError(f"template has {len(pieces) - 1} slots for {len(args)} arguments: {template!r}")
+        quoted = [shlex.quote(str(arg)) for arg in args] + [""]
+        self.text = "".join(piece + value for piece, value in zip(pieces, quoted, strict=True))
+
+    @classmethod
+    def compose(cls, parts: Sequence[Shell], separator: str = "; ") -> Shell:
+        """Join already-quoted Shell commands into one script (nothing is re-quoted)."""
+        joined = cls("")
+        joined.text = separator.join(part.text for part in parts)
+        return joined
+
+    def __repr__(self) -> str:
+        return f"Shell({self.text!r})"
+
+
+Command = Shell | Sequence[str]
+
+
+def command_text(command: Command, sudo: bool = False) -> str:
+    """The exact line sent to the node's shell."""
+    if isinstance(command, str):
+        raise TypeError("pass an argv list or a Shell template, never a bare string")
+    text = command.text if isinstance(command, Shell) else shlex.join(command)
+    return f"sudo -n sh -c {shlex.quote(text)}" if sudo else text

@@ -1,0 +1,131 @@
+"""The command line (`python -m sparkpair_testbed`, `scripts/testbed`): a simulated pair of
+DGX Sparks on this machine (see docs/testbed.md).
+
+    testbed up | down | status | inventory
+    testbed exec NODE [--user nvidia] -- CMD...
+    testbed fault NAME [--node NODE] [--port N] [--gib G]
+    testbed heal [NAME]
+    testbed reset --spec FILE.json | --spec-json JSON
+
+Needs root and Linux.  Standard library only.
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import sys
+
+from . import faults, lifecycle, reset
+from .faults import FAULTS
+from .hostexec import CommandError, node_prefix
+from .layout import CACHE_DIR, INVENTORY, NODES, USER, node
+
+
+def log(message: str) -> None:
+    """One progress line on stdout."""
+    print(f"testbed: {message}", flush=True)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line."""
+    top = argparse.ArgumentParser(prog="scripts/testbed", description=__doc__.split("\n")[0])
+    sub = top.add_subparsers(dest="command", required=True)
+    sub.add_parser("up", help="bring the pair up (idempotent)")
+    sub.add_parser("down", help="remove everything up made (the image cache stays)")
+    sub.add_parser("status", help="what runs; exit 0 when all up")
+    sub.add_parser("inventory", help="print the path of the inventory file")
+    run = sub.add_parser("exec", help="run a command inside a node")
+    run.add_argument("node", choices=[n.name for n in NODES])
+    run.add_argument("--user", choices=[USER, "root"], default=None)
+    run.add_argument("cmd", nargs="*", help="the command, after --")
+    fault = sub.add_parser("fault", help="inject a fault",
+                           epilog="faults: " + ", ".join(FAULTS))
+    fault.add_argument("name", choices=sorted(FAULTS), metavar="NAME")
+    fault.add_argument("--node", choices=[n.name for n in NODES])
+    fault.add_argument("--port", type=int)
+    fault.add_argument("--gib", type=float, help="memory-low: MemAvailable left; disk-low: free space left")
+    heal = sub.add_parser("heal", help="undo all active faults, or those called NAME")
+    heal.add_argument("name", nargs="?", choices=sorted(FAULTS), metavar="NAME")
+    reset_cmd = sub.add_parser("reset", help="take back on both nodes what the spec lists (containers, files, "
+                                             "authorized keys, interface settings): see reset.py")
+    source = reset_cmd.add_mutually_exclusive_group(required=True)
+    source.add_argument("--spec", metavar="FILE.json", help="the reset spec, a JSON file")
+    source.add_argument("--spec-json", metavar="JSON", help="the reset spec as JSON text")
+    return top
+
+
+def locked():
+    """Hold the testbed lock (one up/down/fault/heal at a time)."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    handle = open(CACHE_DIR / ".lock", "w")
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    return handle
+
+
+def do_exec(args) -> int:
+    """Replace this process with CMD run inside the node; its exit status is ours."""
+    cmd = args.cmd
+    if not cmd:
+        print("scripts/testbed exec: no command given", file=sys.stderr)
+        return 2
+    try:
+        prefix = node_prefix(node(args.node), user=args.user)
+    except CommandError as exc:
+        print(f"scripts/testbed exec: {exc}", file=sys.stderr)
+        return 1
+    os.execvp(prefix[0], prefix + cmd)
+    return 127
+
+
+def dispatch(args) -> int:
+    """Run one subcommand; returns the exit status."""
+    if args.command == "exec":
+        return do_exec(args)
+    if args.command == "inventory":
+        print(INVENTORY)
+        return 0 if INVENTORY.exists() else 1
+    if args.command == "status":
+        return 0 if lifecycle.status(log) else 1
+    with locked():
+        if args.command == "up":
+            lifecycle.up(log)
+        elif args.command == "down":
+            lifecycle.down(log)
+        elif args.command == "fault":
+            log(faults.inject(args.name, args.node, port=args.port, gib=args.gib))
+        elif args.command == "heal":
+            healed = faults.heal(args.name)
+            log(f"healed: {', '.join(healed)}" if healed else "no active fault to heal")
+        elif args.command == "reset":
+            spec = reset.load_spec(args.spec, args.spec_json)
+            reset.reset(spec, NODES)
+            log(f"reset {', '.join(n.name for n in NODES)}: took back {spec.summary()}")
+    return 0
+
+
+def main(argv=None) -> int:
+    """Entry point: checks platform and root, then dispatches."""
+    if not sys.platform.startswith("linux"):
+        print("scripts/testbed: needs Linux (network namespaces, veths, bridges)", file=sys.stderr)
+        return 2
+    if os.geteuid() != 0:
+        print("scripts/testbed: must run as root (it creates namespaces, links and daemons): "
+              "sudo scripts/testbed ...", file=sys.stderr)
+        return 2
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["exec"] and "--" in argv:
+        split = argv.index("--")
+        args = parser().parse_args(argv[:split])
+        args.cmd = argv[split + 1:]
+    else:
+        args = parser().parse_args(argv)
+    try:
+        return dispatch(args)
+    except (CommandError, KeyError, reset.SpecError) as exc:
+        print(f"scripts/testbed {args.command}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

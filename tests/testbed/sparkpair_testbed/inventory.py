@@ -1,0 +1,52 @@
+"""The inventory file sparkpair reads to drive the simulated pair (written by `up`)."""
+from __future__ import annotations
+
+from .layout import (
+    CLUSTER_MTU,
+    CONTAINER_SSHD_PORT,
+    HUB_URL,
+    IMAGE_TAG,
+    INVENTORY,
+    KNOWN_HOSTS,
+    NODES,
+    OPERATOR_KEY,
+    SERVING_PORT,
+    USER,
+)
+
+
+def render() -> str:
+    """The inventory as YAML text (plain scalars only, so no YAML library is needed)."""
+    lines = [
+        "# Simulated DGX Spark pair (scripts/testbed up); see docs/testbed.md.",
+        "cluster:",
+        "  name: sim-pair",
+        f"  user: {USER}",
+        f"  ssh_key: {OPERATOR_KEY}",
+        f"  known_hosts: {KNOWN_HOSTS}",
+        f"  mtu: {CLUSTER_MTU}",
+        "nodes:",
+    ]
+    for node in NODES:
+        lines += [f"  - name: {node.name}", f"    host: {node.mgmt_ip}", "    port: 22", "    links:"]
+        lines += [f"      {twin}: {address}" for twin, address in node.links.items()]
+    lines += [
+        "container:",
+        f"  image: {IMAGE_TAG}",
+        "  mpi_transport: exec",
+        f"  sshd_port: {CONTAINER_SSHD_PORT}",
+        "  hf_cache: ~/.cache/huggingface",
+        "  env:",
+        f"    HF_ENDPOINT: {HUB_URL}",  # the stand-in hub (hub.py); never a public hub
+        "server:",
+        f"  port: {SERVING_PORT}",
+    ]
+    # No models: section, so no model size is overridden: the profiles' real sizes stand, and the nodes
+    # show a GB10's memory and a Spark's disk (gb10.py), so memory and disk are judged as on real Sparks.
+    return "\n".join(lines) + "\n"
+
+
+def write() -> None:
+    """Write the inventory file."""
+    INVENTORY.parent.mkdir(parents=True, exist_ok=True)
+    INVENTORY.write_text(render())

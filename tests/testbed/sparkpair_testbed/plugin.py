@@ -1,0 +1,122 @@
+"""The simulated pair as pytest fixtures (a pytest plugin, registered by the `pytest11` entry point).
+
+`testbed_pair` (session) brings the pair up once, holding the pair lock for the whole session,
+and at the end takes it down only if it brought it up. Without root or Linux the tests that
+need the pair are skipped with a reason, except under CI=true, where they fail instead.
+`testbed` (session) is the handle tests use (handle.py); `healed` (autouse) heals every fault a
+test injected; `pristine` resets both nodes first.
+
+What a reset takes back is the project's business, not the testbed's: `testbed_reset_spec`
+(session) is the reset spec (reset.py), empty here; the project's conftest overrides it (it may
+ask for `testbed_pair`, whose inventory exists by then). Every test that uses the pair gets the
+`integration` marker.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from .handle import CLI, Testbed
+from .layout import INVENTORY, STATE_DIR
+from .reset import SpecError, parse_spec
+
+UP_TIMEOUT = 900
+DOWN_TIMEOUT = 300
+PAIR_LOCK = "/tmp/sparkpair-pair.lock"  # one user of the pair at a time: demo and benchmarks take it too
+
+
+@dataclass(frozen=True)
+class PairSession:
+    """The pair as this session holds it."""
+
+    inventory: Path
+    brought_up: bool  # the session started it, so the session takes it down
+
+
+def pytest_configure(config) -> None:
+    """Register the marker the pair's tests carry."""
+    config.addinivalue_line("markers", "integration: needs the simulated pair (sparkpair_testbed); runs as root")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Every test that uses the pair is an integration test."""
+    for item in items:
+        if "testbed_pair" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.integration)
+
+
+def unavailable_reason() -> str | None:
+    """Why the pair cannot run here, or None."""
+    if not sys.platform.startswith("linux"):
+        return "the simulated Spark pair needs Linux (network namespaces)"
+    if os.geteuid() != 0:
+        return "the simulated Spark pair needs root (run the integration tests as root)"
+    return None
+
+
+def run_cli(*args, timeout) -> subprocess.CompletedProcess:
+    """Run the testbed's command line with ARGS."""
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def testbed_pair():
+    """Bring the simulated pair up once per session (see the module docstring)."""
+    reason = unavailable_reason()
+    if reason:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true: integration tests must run, but {reason}")
+        pytest.skip(reason)
+    lock = open(PAIR_LOCK, "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    already_up = STATE_DIR.exists()  # `down` removes it: present means the pair runs (maybe degraded)
+    proc = run_cli("up", timeout=UP_TIMEOUT)
+    if proc.returncode != 0:
+        lock.close()
+        pytest.fail(f"scripts/testbed up failed:\n{proc.stdout}{proc.stderr}")
+    pair = PairSession(inventory=INVENTORY, brought_up=not already_up)
+    yield pair
+    if pair.brought_up:
+        run_cli("down", timeout=DOWN_TIMEOUT)
+    lock.close()
+
+
+@pytest.fixture(scope="session")
+def testbed_reset_spec() -> dict:
+    """What `testbed.reset()` takes back on each node: nothing, until the project says (override it)."""
+    return {}
+
+
+@pytest.fixture(scope="session")
+def testbed(testbed_pair, testbed_reset_spec) -> Testbed:
+    """The handle on the running pair, for the whole session."""
+    try:
+        parse_spec(testbed_reset_spec)
+    except SpecError as exc:
+        pytest.fail(f"testbed_reset_spec: {exc}")
+    return Testbed(inventory=testbed_pair.inventory, brought_up=testbed_pair.brought_up,
+                   reset_spec=testbed_reset_spec)
+
+
+@pytest.fixture(autouse=True)
+def healed(request):
+    """After a test that injected faults, heal them all (so one failure cannot spread)."""
+    yield
+    if "testbed" in request.fixturenames:
+        bed = request.getfixturevalue("testbed")
+        if bed.faulted:
+            bed.faulted = False
+            bed.heal()
+
+
+@pytest.fixture
+def pristine(testbed) -> Testbed:
+    """Both nodes as `up` left them, as far as the reset spec knows what was added since."""
+    testbed.reset()
+    return testbed
