@@ -50,10 +50,32 @@ def timeline(connection: object, probes: list, timeout: float = 60.0) -> list[tu
     return sorted(rows, key=lambda row: row[2])
 
 
+def serial_costs(connection: object, probes: list, repeats: int = 3, timeout: float = 120.0) -> list[tuple[str, float]]:
+    """Each probe run alone, one after the other, `repeats` times: its mean wall time in ms on an otherwise
+    idle node, about its CPU cost plus its own waits (what a probe costs the batch on a 2-core machine)."""
+    from sparkpair.transport import Shell
+
+    parts = []
+    for index, probe in enumerate(probes):
+        command = Shell("sudo -n sh -c {}", probe.command.text) if probe.sudo else probe.command
+        loop = Shell.compose([Shell(f"s=$(date +%s%N); for k in $(seq {repeats}); do ( "), command,
+                              Shell(f' ) >/dev/null 2>&1 </dev/null; done; echo "{index} $(( ($(date +%s%N) - s) / '
+                                    f'{repeats * 1000} ))"')], "")
+        parts.append(loop)
+    result = connection.run(Shell.compose(parts, "\n"), timeout=timeout)  # type: ignore[attr-defined]
+    costs = []
+    for line in result.stdout.splitlines():
+        index, _, micros = line.partition(" ")
+        costs.append((probes[int(index)].label, int(micros) / 1000))
+    return sorted(costs, key=lambda row: -row[1])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-i", "--inventory", default=DEFAULT_INVENTORY)
     parser.add_argument("--profile", default=None)
+    parser.add_argument("--serial", action="store_true",
+                        help="also run each probe alone on spark-a's side (the head), and print its cost")
     args = parser.parse_args()
     lock = open("/tmp/sparkpair-pair.lock", "w")
     fcntl.flock(lock, fcntl.LOCK_EX)
@@ -77,6 +99,13 @@ def main() -> int:
         print(f"\n{name}: probe timeline on the node (ms from batch start)")
         for label, begin, end in rows:
             print(f"  {begin:7.1f} {end:7.1f} {end - begin:7.1f}  {label[:70]}")
+    if args.serial:
+        head = pair.head
+        rows = serial_costs(head, collect.node_probes(inventory, inventory.node(head.name), profile))
+        print(f"\n{head.name}: each probe alone, mean of 3 (ms)")
+        for label, cost in rows:
+            print(f"  {cost:7.1f}  {label[:70]}")
+        print(f"  {sum(cost for _, cost in rows):7.1f}  all, one after the other")
     pair.close()
     return 0
 

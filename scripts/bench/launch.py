@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Launch-to-ready wall time on the simulated pair, minus the stand-in engine's configured load
-time: sparkpair's orchestration overhead (aim: under 5 s). Models present, image loaded, engine
-stopped before each run (so containers are started each time). Needs root and the pair.
+time: sparkpair's orchestration overhead (aim: under 3 s), interleaved with the floor (two parallel
+`ssh NODE true`, scripts/bench/floor.py) and printed as a ratio to it too. Models present, image loaded,
+engine stopped before each run (so containers are started each time). Needs root and the pair.
 
 Usage: .venv/bin/python scripts/bench/launch.py [RUNS]
 """
@@ -17,6 +18,9 @@ import time
 from pathlib import Path
 
 import yaml
+from floor import floor, timed  # scripts/bench/floor.py, beside this script
+
+from sparkpair.inventory import read_inventory
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTBED = ROOT / "scripts" / "testbed"
@@ -35,15 +39,17 @@ def main() -> None:
         subprocess.run([str(TESTBED), "up"], check=True, capture_output=True)
         base = subprocess.run([str(TESTBED), "inventory"], capture_output=True, text=True, check=True).stdout.strip()
         data = yaml.safe_load(Path(base).read_text())
-        data["container"]["env"] = {"SIM_LOAD_SECONDS": str(LOAD_SECONDS)}
+        data["container"].setdefault("env", {})["SIM_LOAD_SECONDS"] = str(LOAD_SECONDS)
         path = str(Path(tmp) / "inventory.yaml")
         Path(path).write_text(yaml.safe_dump(data))
         for step in (("setup-network", "--yes"), ("launch",), ("stop",)):  # network, models, image in place
             result = sparkpair(path, *step)
             if result.returncode != 0:
                 sys.exit(f"{' '.join(step)} failed:\n{result.stderr}")
-        overheads, totals = [], []
+        overheads, totals, floors = [], [], []
+        parsed = read_inventory(path)
         for _ in range(runs):
+            floors.append(timed(lambda: floor(parsed)))
             start = time.perf_counter()
             result = sparkpair(path, "launch")
             total = time.perf_counter() - start
@@ -55,7 +61,9 @@ def main() -> None:
     print(f"launch to ready: median {statistics.median(totals):.2f} s over {runs} runs "
           f"{[round(t, 2) for t in totals]}")
     print(f"orchestration overhead (minus the stand-in's {LOAD_SECONDS:.0f} s load): "
-          f"median {statistics.median(overheads):.2f} s (aim: < 5 s)")
+          f"median {statistics.median(overheads):.2f} s (aim: < 3 s)")
+    print(f"floor (ssh NODE true, both at once): median {statistics.median(floors):.2f} s; "
+          f"overhead / floor = {statistics.median(overheads) / statistics.median(floors):.1f}x")
 
 
 if __name__ == "__main__":

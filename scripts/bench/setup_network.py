@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Wall time of `sparkpair setup-network --yes` on the simulated pair: cold (fresh twins, no keys)
-and a no-op second run. Needs root and the pair (scripts/testbed up); takes the pair's lock.
+and a no-op second run, interleaved with the floor (two parallel `ssh NODE true`, scripts/bench/floor.py);
+prints the no-op's ratio to the floor (aim: at most 2.5x). Needs root and the pair (scripts/testbed up);
+takes the pair's lock.
 
 Usage: .venv/bin/python scripts/bench/setup_network.py [RUNS]
 """
@@ -14,6 +16,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from floor import floor, timed  # scripts/bench/floor.py, beside this script
 
 from sparkpair import paths
 from sparkpair.inventory import read_inventory
@@ -51,15 +55,22 @@ def main() -> None:
         subprocess.run([str(TESTBED), "up"], check=True, capture_output=True)
         path = inventory()
         spec = reset_spec(path)
-        cold, noop = [], []
+        parsed = read_inventory(path)
+        cold, noop, floors = [], [], []
         for _ in range(runs):
             subprocess.run([str(TESTBED), "reset", "--spec-json", spec], check=True, capture_output=True)
             cold.append(timed_setup(path))
-            noop.append(timed_setup(path))
+            timed_setup(path)  # the first no-op after a cold run warms what the cold run left
+            for _ in range(2):
+                floors.append(timed(lambda: floor(parsed)))
+                noop.append(timed_setup(path))
     print(f"setup-network cold (netplan, keys, host keys, verified both ways): "
           f"median {statistics.median(cold):.2f} s over {runs} runs {[round(t, 2) for t in cold]}")
     print(f"setup-network no-op (plan, nothing to change, verified again):      "
           f"median {statistics.median(noop):.2f} s {[round(t, 2) for t in noop]}")
+    print(f"floor (ssh NODE true, both at once): median {statistics.median(floors):.2f} s "
+          f"{[round(t, 2) for t in floors]}")
+    print(f"no-op / floor = {statistics.median(noop) / statistics.median(floors):.1f}x (aim: at most 2.5x)")
 
 
 if __name__ == "__main__":

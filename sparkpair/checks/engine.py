@@ -30,7 +30,7 @@ def engine_probes(inventory: Inventory, profile: str, verify_budget: float = VER
     """The probes these checks judge, on one node."""
     cache = inventory.container.hf_cache
     repos = inventory.profile(profile).repos
-    return [host.LISTENERS, docker.DOCKER_INFO, docker.image_id(inventory.container.image),
+    return [host.LISTENERS, host.INFINIBAND_DEVICES, docker.DOCKER_INFO, docker.image_id(inventory.container.image),
             docker.container(inventory.container.name), models.cache_access(cache), host.free_bytes(cache),
             TOKEN_ON_NODE, *(models.manifest(cache, repo) for repo in repos),
             models.content(cache, tuple(repos), verify_budget), hub_probe(inventory, repos[0])]

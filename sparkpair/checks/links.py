@@ -46,9 +46,24 @@ def crossing_probe(inventory: Inventory, node: Node) -> Probe[dict[tuple[str, st
     return net.crossing({twin: peer_address(inventory, node, twin) for twin in node.links})
 
 
-def trust_probes(inventory: Inventory, node: Node) -> list[Probe[str]]:
-    """ssh -o BatchMode=yes from node to every QSFP address of its peer."""
-    return [net.ssh_batch(str(address.ip)) for address in inventory.peer_of(node).links.values()]
+def peer_addresses(inventory: Inventory, node: Node) -> list[str]:
+    """The peer's QSFP addresses, in inventory order: the first is the one node logs in over."""
+    return [str(address.ip) for address in inventory.peer_of(node).links.values()]
+
+
+def trust_probes(inventory: Inventory, node: Node) -> list[Probe[Any]]:
+    """One `ssh -o BatchMode=yes` from node to its peer's first QSFP address, and the host keys node pins for
+    every peer address.
+
+    One login per peer, not per address: each login costs both nodes an SSH handshake, a PAM session and a
+    shell (about 0.15 s of CPU, the dearest probe of doctor's round). The login proves the node's key is
+    authorized on the peer and the first address's pinned host key is the peer's; an other address is
+    trusted when the keys node pins for it agree with those of the first, since the same sshd answers on
+    both (path.ping and links.crossed prove the address reaches that peer). What this cannot see: an sshd
+    or a firewall that refuses port 22 on the second address only; the launch's MPI start would.
+    """
+    addresses = peer_addresses(inventory, node)
+    return [net.ssh_batch(addresses[0]), *(net.known_host(address) for address in addresses)]
 
 
 def link_probes(inventory: Inventory, node: Node, verify_only: bool = False) -> list[Probe[Any]]:
@@ -228,17 +243,40 @@ def check_path(facts: Facts) -> Iterable[Finding]:
 
 
 def check_trust(facts: Facts) -> Iterable[Finding]:
-    """Proves ssh -o BatchMode=yes works from each node to every QSFP address of the other."""
+    """Proves ssh -o BatchMode=yes works from each node to every QSFP address of the other: a login over the
+    first address, and for each other address host keys pinned that agree with the first's (`trust_probes`)."""
     yield from unreachable_skips(facts, "trust.ssh")
     for name, node_facts in reachable_nodes(facts):
-        peer = facts.inventory.peer_of(facts.inventory.node(name))
-        for probe in trust_probes(facts.inventory, facts.inventory.node(name)):
-            address, result = probe.args[0], node_facts.get(probe)
-            if isinstance(result, ProbeFailure) or result is None:
-                last = last_line(result.stderr, str(result)) if isinstance(result, ProbeFailure) else "not probed"
-                yield fail("trust.ssh", name, f"ssh {address}: {last}", _trust_fix(name, peer.name, address, last))
-            else:
-                yield ok("trust.ssh", name, f"ssh {address} -> {result}")
+        node = facts.inventory.node(name)
+        peer = facts.inventory.peer_of(node)
+        first, *others = peer_addresses(facts.inventory, node)
+        login = node_facts.get(net.ssh_batch(first))
+        if isinstance(login, ProbeFailure) or login is None:
+            last = last_line(login.stderr, str(login)) if isinstance(login, ProbeFailure) else "not probed"
+            yield fail("trust.ssh", name, f"ssh {first}: {last}", _trust_fix(name, peer.name, first, last))
+            continue
+        yield ok("trust.ssh", name, f"ssh {first} -> {login}")
+        proven = node_facts.value(net.known_host(first)) or ()
+        for address in others:
+            yield _pinned_like(name, peer.name, address, first, node_facts.get(net.known_host(address)), proven)
+
+
+def _pinned_like(name: str, peer: str, address: str, first: str, pinned: object,
+                 proven: tuple[tuple[str, str], ...]) -> Finding:
+    """trust.ssh for a peer address node does not log in over: its pinned host keys must agree with first's."""
+    if not isinstance(pinned, tuple):
+        return fail("trust.ssh", name, f"ssh {address}: cannot read known_hosts ({pinned or 'not probed'})",
+                    setup(f"records {peer}'s host key for {address} on {name}"))
+    if not pinned:
+        return fail("trust.ssh", name, f"ssh {address}: Host key for {address} is not in known_hosts",
+                    setup(f"records {peer}'s host key for {address} on {name}"))
+    proven_by_type = dict(proven)
+    clashing = [kind for kind, body in pinned if kind in proven_by_type and proven_by_type[kind] != body]
+    if clashing or not set(pinned) & set(proven):
+        return fail("trust.ssh", name, f"ssh {address}: the host key pinned for {address} "
+                                       f"({', '.join(clashing) or 'every type'}) differs from {first}'s, which {peer} proved",
+                    setup(f"records {peer}'s host key for {address} on {name}"))
+    return ok("trust.ssh", name, f"ssh {address}: host key pinned as for {first} (login proven over {first})")
 
 
 def _losses(result: PingResult) -> str:

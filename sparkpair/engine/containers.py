@@ -14,13 +14,12 @@ from typing import TypeVar, cast
 from sparkpair import probes
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory
-from sparkpair.probes import Probe, ProbeFailure, docker, host
+from sparkpair.probes import NodeFacts, Probe, ProbeFailure, docker, host
 from sparkpair.render import recipe
 from sparkpair.transport import NodeConnection, Shell
 from sparkpair.transport import docker as docker_cli
 
 SPEC_LABEL = "sparkpair.spec"
-INFINIBAND = "/dev/infiniband"
 T = TypeVar("T")
 
 
@@ -38,16 +37,18 @@ def ask(connection: NodeConnection, probe: Probe[T]) -> T:
     return cast(T, facts[probe])
 
 
-def node_spec(inventory: Inventory, connection: NodeConnection,
-              fabric: recipe.NodeFabric | None = None) -> recipe.ContainerSpec:
+def node_spec(inventory: Inventory, connection: NodeConnection, fabric: recipe.NodeFabric | None = None,
+              known: NodeFacts | None = None) -> recipe.ContainerSpec:
     """The spec for this node: GPUs when the NVIDIA runtime exists, /dev/infiniband when present, and the
-    node's own NCCL_IB_HCA and GID index in its environment (fabric, asked of this node)."""
-    facts = probes.gather(connection, [docker.DOCKER_INFO, host.path_exists(INFINIBAND)])
+    node's own NCCL_IB_HCA and GID index in its environment (fabric, asked of this node). known: facts
+    already gathered on the node this run (launch's preflight); only what they lack is asked."""
+    wanted = [docker.DOCKER_INFO, host.INFINIBAND_DEVICES]
+    facts = known if known is not None and all(probe in known for probe in wanted) else probes.gather(connection, wanted)
     info = facts.get(docker.DOCKER_INFO)
     if isinstance(info, ProbeFailure) or info is None:
         raise SparkpairError(f"docker info failed: {info}", node=connection.name)
     return recipe.container_spec(inventory, inventory.node(connection.name), connection.home,
-                                 gpus="nvidia" in info.runtimes, infiniband=facts.get(host.path_exists(INFINIBAND)) is True,
+                                 gpus="nvidia" in info.runtimes, infiniband=facts.get(host.INFINIBAND_DEVICES) is True,
                                  fabric=fabric)
 
 
@@ -61,10 +62,16 @@ def find(connection: NodeConnection, name: str) -> docker.ContainerState | None:
     return ask(connection, docker.container(name))
 
 
-def ensure(connection: NodeConnection, spec: recipe.ContainerSpec, replace_existing: bool) -> str:
-    """Make the node run spec; returns what was done (started, reused, replaced)."""
+def ensure(connection: NodeConnection, spec: recipe.ContainerSpec, replace_existing: bool,
+           known: NodeFacts | None = None) -> str:
+    """Make the node run spec; returns what was done (started, reused, replaced). known: facts gathered on
+    the node this run, under the pair lock (the container's state in them is still true)."""
     digest = spec_hash(spec)
-    existing = find(connection, spec.name)
+    probe = docker.container(spec.name)
+    if known is not None and probe in known and not isinstance(known[probe], ProbeFailure):
+        existing = cast(docker.ContainerState | None, known[probe])
+    else:
+        existing = find(connection, spec.name)
     if existing is not None:
         labels = existing.labels
         if labels.get(SPEC_LABEL) == digest and existing.running:

@@ -156,6 +156,7 @@ class _Run:
     nodes: list[str]
     progress: Progress
     fabrics: dict[str, recipe.NodeFabric | None] = field(default_factory=dict)
+    facts: Facts | None = None  # the preflight's, reused where still true (the pair lock keeps others out)
     proof: fabric.FabricProof | None = None
     start: float = field(default_factory=time.monotonic)
     stage: str = "writing the engine configuration"
@@ -178,6 +179,7 @@ def launch(pair: Pair, inventory: Inventory, options: LaunchOptions, progress: P
     if failures:
         return LaunchResult(preflight=failures)
     run.fabrics = fabric.node_fabrics(facts, nodes)
+    run.facts = facts
     if options.check_fabric:
         progress(Event("", "proving the fabric: all_gather_perf across the ranks with NCCL_DEBUG=INFO"))
         run.proof = fabric.prove(pair, facts, options.nccl_tests)
@@ -205,9 +207,10 @@ def _apply(run: _Run, changes: list[apply.Change]) -> LaunchResult:
     run.stage = "placing the HF token"
     _place_token(pair, nodes)
     run.stage = "starting the engine containers"
-    _start_containers(run)
+    started = _start_containers(run)
     argv = recipe.mpirun_argv(inventory, run.profile)
-    if lifecycle.engine_running(pair.nodes[nodes[0]], inventory):
+    fresh = all(action in ("started", "replaced") for action in started.values())  # no engine runs in a new one
+    if not fresh and lifecycle.engine_running(pair.nodes[nodes[0]], inventory):
         state = read_state(pair.head)
         if not changes and state is not None and state.command == recipe.shell_line(argv) and state.nodes == nodes:
             run.progress(Event("", "the engine is already running with this configuration", "result"))
@@ -323,18 +326,23 @@ def _explain_failure(run: _Run, detail: str) -> LaunchFailure:
 def _place_token(pair: Pair, nodes: list[str]) -> None:
     """The operator's HF token, as a 0600 file on every rank node (never in argv or the environment)."""
     token = hftoken.find_token()
-    for name in nodes:
-        connection = pair.nodes[name]
+
+    def place(connection: NodeConnection) -> None:
         directory = paths.under_home(paths.SECRETS_DIR, connection.home)
         connection.check(Shell("mkdir -p -m 700 {} && chmod 700 {}", directory, directory))
         if token:
             connection.put(token + "\n", f"{directory}/hf_token", mode=0o600)
 
+    pair.each(place, names=nodes).raise_first()
 
-def _start_containers(run: _Run) -> None:
+
+def _start_containers(run: _Run) -> dict[str, str]:
+    """Each rank node's engine container as the spec says; what was done on each (started, reused, replaced)."""
     def start(connection: NodeConnection) -> str:
-        spec = containers.node_spec(run.inventory, connection, run.fabrics.get(connection.name))
-        return containers.ensure(connection, spec, run.options.replace)
+        known = run.facts.nodes.get(connection.name) if run.facts is not None else None
+        spec = containers.node_spec(run.inventory, connection, run.fabrics.get(connection.name), known)
+        return containers.ensure(connection, spec, run.options.replace, known)
     started = run.pair.each(start, names=run.nodes).raise_first()
     for name, outcome in started.values.items():
         run.say(name, f"engine container {run.inventory.container.name}: {outcome}")
+    return {name: outcome.split(" ")[0] for name, outcome in started.values.items()}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,25 +71,43 @@ def wait_ready(head: NodeConnection, port: int, model: str, timeout: float,
     """Poll until ready, the engine exits, the watch reports a stall (its words), or timeout; progress gets
     each new stage."""
     start = time.monotonic()
-    seen, checked, watched = "", 0.0, 0.0
-    while True:
-        if watch is not None and time.monotonic() - watched >= WATCH_EVERY_S:
-            watched = time.monotonic()
-            stall = watch()
-            if stall:
-                return Readiness(False, seen or "port", stall, time.monotonic() - start, stalled=True)
-        if time.monotonic() - checked >= 1.0:  # a docker exec: cheap, but not every 0.2 s
-            checked = time.monotonic()
-            code = exited()
-            if code is not None:
-                return Readiness(False, seen or "port", f"the engine exited with code {code}",
-                                 time.monotonic() - start)
-        stage, detail = probe_stage(head, port, model)
-        if stage != seen:
-            seen = stage
-            progress(f"{stage}: {detail}" if stage != "ready" else f"ready (a completion answered: {detail!r})")
-        if stage == "ready":
-            return Readiness(True, stage, detail, time.monotonic() - start)
-        if time.monotonic() - start > timeout:
-            return Readiness(False, stage, f"timed out after {timeout:.0f} s: {detail}", time.monotonic() - start)
-        time.sleep(0.2)
+    seen, checked = "", 0.0
+    pool = ThreadPoolExecutor(1)  # the watch reads both nodes (slow): it runs beside the 0.2 s polling
+    watching: Future[str | None] | None = None
+    watched = 0.0
+    try:
+        while True:
+            if watching is not None and watching.done():
+                stall, watching = watching.result(), None
+                if stall:
+                    return Readiness(False, seen or "port", stall, time.monotonic() - start, stalled=True)
+            if watch is not None and watching is None and time.monotonic() - watched >= WATCH_EVERY_S:
+                watched = time.monotonic()
+                watching = pool.submit(watch)
+            ready = _poll_once(head, port, model, timeout, exited, progress, start, seen, checked)
+            if isinstance(ready, Readiness):
+                return ready
+            seen, checked = ready
+            time.sleep(0.2)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # a watch under way when the wait ends is not waited for
+
+
+def _poll_once(head: NodeConnection, port: int, model: str, timeout: float, exited: Callable[[], int | None],
+               progress: Callable[[str], None], start: float, seen: str, checked: float) -> Readiness | tuple[str, float]:
+    """One readiness poll: the outcome when the wait ends, else (the stage seen, when exited() last ran)."""
+    if time.monotonic() - checked >= 1.0:  # a docker exec: cheap, but not every 0.2 s
+        checked = time.monotonic()
+        code = exited()
+        if code is not None:
+            return Readiness(False, seen or "port", f"the engine exited with code {code}",
+                             time.monotonic() - start)
+    stage, detail = probe_stage(head, port, model)
+    if stage != seen:
+        seen = stage
+        progress(f"{stage}: {detail}" if stage != "ready" else f"ready (a completion answered: {detail!r})")
+    if stage == "ready":
+        return Readiness(True, stage, detail, time.monotonic() - start)
+    if time.monotonic() - start > timeout:
+        return Readiness(False, stage, f"timed out after {timeout:.0f} s: {detail}", time.monotonic() - start)
+    return seen, checked

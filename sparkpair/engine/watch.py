@@ -232,6 +232,7 @@ class Watchdog:
         self.pair, self.container, self.nodes, self.model_root = pair, container, nodes, model_root
         self.limits = {**DEFAULT_LIMITS, **limits}
         self.progress = progress
+        self.finished = False
         self.ranks = [RankWatch(node, index if len(nodes) > 1 else None, tuple(rank_files[index]),
                                 expected.get(node, 0), now) for index, node in enumerate(nodes)]
 
@@ -239,6 +240,8 @@ class Watchdog:
         """Ask both nodes once, update every rank, report, and return the stall if the start stalled."""
         answers = self.pair.each(self._ask, names=self.nodes)
         now = time.monotonic()
+        if self.finished:  # the wait ended while this poll was under way (it runs beside readiness polling)
+            return None
         for rank in self.ranks:
             facts = answers.values.get(rank.node)
             output = facts.value(ranks.output(self.container, rank.offsets_asked())) if facts else None
@@ -250,6 +253,7 @@ class Watchdog:
 
     def finish(self, outcome: str) -> None:
         """Close every rank's live line with how the start ended (ready: what it loaded, in all)."""
+        self.finished = True
         now = time.monotonic()
         for rank in self.ranks:
             label = f"rank {rank.rank}" if rank.rank is not None else "engine"

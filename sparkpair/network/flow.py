@@ -29,8 +29,10 @@ RESTORE = "sparkpair setup-network --restore --last"
 def plan_setup(pair: Pair, inventory: Inventory, options: SetupOptions) -> SetupPlan:
     """Probe both nodes (one round trip each) and plan the network and trust changes; changes nothing."""
     try:
-        facts = netplan.probe_nodes(pair, [] if options.skip_ssh else [ssh.SSH_FILES])
-        plan = SetupPlan(facts, netplan.plan_network(inventory, facts, options.replace), skip_ssh=options.skip_ssh)
+        facts, current = netplan.probe_nodes(pair, [] if options.skip_ssh else [ssh.SSH_FILES],
+                                             verify.state_probes(inventory, with_trust=not options.skip_ssh))
+        plan = SetupPlan(facts, netplan.plan_network(inventory, facts, options.replace), skip_ssh=options.skip_ssh,
+                         current=current)
         if options.skip_ssh:
             return plan
         files = trust.ssh_files(facts)
@@ -60,7 +62,7 @@ def _apply(run: SetupRun) -> None:
             return
     else:
         run.stage = "verifying the link"
-        problems = verify.verify_link(run.pair, run.inventory)
+        problems = verify.judge_link(run.inventory, run.plan.current) or verify.verify_link(run.pair, run.inventory)
         if problems:
             run.errors(problems)
             return
@@ -86,7 +88,10 @@ def _establish_trust(run: SetupRun) -> bool:
     if changes and not _applied(run, changes):
         return False
     run.stage = "verifying SSH trust"
-    problems = verify.verify_trust(run.pair, run.inventory)
+    unchanged = not (run.plan.key_changes or changes or run.plan.network.changes)
+    problems = verify.judge_trust(run.inventory, run.plan.current) if unchanged else ["changed since planned"]
+    if problems:  # probe again: trust changed, or the planning round's view of it may be out of date
+        problems = verify.verify_trust(run.pair, run.inventory)
     if problems:
         run.errors(problems + ["undo with: sparkpair setup-network --restore"])
         return False

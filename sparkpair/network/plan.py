@@ -40,9 +40,18 @@ class NetworkPlan:
     warnings: list[str] = field(default_factory=list)
 
 
-def probe_nodes(pair: Pair, extra: Sequence[probes.Probe[Any]] = ()) -> dict[str, NodeFacts]:
-    """The facts planning needs (and extra's), from both nodes at once (one round trip each)."""
-    return probes.gather_pair(pair, [*PLAN_PROBES, *extra])
+def probe_nodes(pair: Pair, extra: Sequence[probes.Probe[Any]] = (),
+                beside: Mapping[str, Sequence[probes.Probe[Any]]] | None = None) -> tuple[dict[str, NodeFacts],
+                                                                                         dict[str, NodeFacts]]:
+    """The facts planning needs (and extra's), and beside them each node's probes in beside (node -> probes,
+    kept apart: planning refuses on any failed fact of its own), from both nodes at once, one round trip each."""
+    asked = [*PLAN_PROBES, *extra]
+    wanted = beside or {}
+    found = pair.each(lambda c: probes.gather(c, [*asked, *wanted.get(c.name, [])])).raise_first()
+    planning = {name: NodeFacts({probe: facts[probe] for probe in asked}) for name, facts in found.values.items()}
+    others = {name: NodeFacts({probe: facts[probe] for probe in wanted.get(name, [])})
+              for name, facts in found.values.items()}
+    return planning, others
 
 
 def plan_network(inventory: Inventory, facts: Mapping[str, NodeFacts], replace: bool = False) -> NetworkPlan:

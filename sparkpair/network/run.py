@@ -40,6 +40,9 @@ class SetupPlan:
     host_keys: dict[str, tuple[str, str]] = field(default_factory=dict)
     skip_ssh: bool = False
     stamp: str = field(default_factory=apply.run_stamp)
+    # What the link and trust checks need, probed in the planning round: a run that changes nothing is
+    # verified from it, with no second round trip (verify.state_probes).
+    current: dict[str, NodeFacts] = field(default_factory=dict)
 
     @property
     def changes(self) -> list[apply.Change]:

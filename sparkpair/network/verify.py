@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 
 from sparkpair import probes
 from sparkpair.checks import SETUP_NETWORK, CheckFunction, Finding, Status, judge, links
 from sparkpair.inventory import Inventory, Node
 from sparkpair.probes import NodeFacts, net
-from sparkpair.transport import NodeConnection, Pair
+from sparkpair.transport import NodeConnection, Pair, Shell
 
 LINK_CHECKS: list[tuple[str, CheckFunction]] = [("links", links.check_links), ("links", links.check_pair_links),
                                                 ("path", links.check_path)]
@@ -38,6 +39,42 @@ def _gather_and_judge(pair: Pair, inventory: Inventory, probes_of: object, check
 def verification_probes(inventory: Inventory, node: Node) -> list[probes.Probe[object]]:
     """What the VERIFIED link checks need from node: interfaces, the crossing test, both pings per twin."""
     return links.link_probes(inventory, node, verify_only=True)
+
+
+def state_probes(inventory: Inventory, with_trust: bool = True) -> dict[str, list[probes.Probe[object]]]:
+    """Node -> what the link checks (and the trust checks) judge: asked in the planning round, so that a run
+    with nothing to change is verified without probing again.
+
+    Each runs only where the node's twins already hold their inventory addresses: on a node still to be
+    set up, a ping or an ssh to the peer would wait for its timeout (seconds) for an answer that cannot come,
+    and the run verifies after its apply anyway."""
+    guarded = {}
+    for node in inventory.nodes:
+        ready = Shell.compose([Shell("ip -o -4 addr show dev {} 2>/dev/null | grep -qF {}", twin, f" {address} ")
+                               for twin, address in node.links.items()], " && ")
+        asked = [*verification_probes(inventory, node), *(links.trust_probes(inventory, node) if with_trust else [])]
+        guarded[node.name] = [replace(probe, command=Shell.compose(
+            [Shell("{ "), ready, Shell(" || { echo 'the twins are not configured yet' >&2; exit 125; }; }; "),
+             probe.command], "")) for probe in asked]
+    return guarded
+
+
+def _judged(inventory: Inventory, facts: dict[str, NodeFacts], checks: list[tuple[str, CheckFunction]],
+            only: Iterable[str]) -> list[str]:
+    """The problems the judge finds in facts gathered earlier; a problem too when they are missing."""
+    if len(facts) < len(inventory.nodes):
+        return ["the planning round did not probe the link"]
+    return problems(judge(inventory, facts, checks, only))
+
+
+def judge_link(inventory: Inventory, facts: dict[str, NodeFacts]) -> list[str]:
+    """The link problems in facts probed before (state_probes); empty when the link verifies."""
+    return _judged(inventory, facts, LINK_CHECKS, links.VERIFIED)
+
+
+def judge_trust(inventory: Inventory, facts: dict[str, NodeFacts]) -> list[str]:
+    """The trust problems in facts probed before (state_probes); empty when trust verifies."""
+    return _judged(inventory, facts, TRUST_CHECKS, ["trust.ssh"])
 
 
 def verify_link(pair: Pair, inventory: Inventory, deadline_s: float = 20.0) -> list[str]:

@@ -180,3 +180,6 @@ def file_nonempty(path: str) -> Probe[bool]:
     """Whether path is a file with content (its content is never read; ~ expands)."""
     command = Shell.compose([expanded_path(path), Shell('[ -s "$p" ] && echo yes || echo no')], "")
     return Probe("nonempty", (path,), command, parse_yes)
+
+
+INFINIBAND_DEVICES = path_exists("/dev/infiniband")  # the RDMA devices the engine container is given when present

@@ -254,6 +254,22 @@ def ssh_batch(address: str) -> Probe[str]:
 
 
 
+def parse_known_host(text: str) -> tuple[tuple[str, str], ...]:
+    """The (key type, base64) pairs `ssh-keygen -F ADDRESS` finds in known_hosts (its `#` lines skipped)."""
+    keys = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and not line.startswith(("#", "@")):
+            keys.append((fields[1], fields[2]))
+    return tuple(sorted(set(keys)))
+
+
+def known_host(address: str) -> Probe[tuple[tuple[str, str], ...]]:
+    """The host keys this node's ~/.ssh/known_hosts pins for address (hashed entries included; none: empty)."""
+    return Probe("known host", (address,), Shell("ssh-keygen -F {} -f ~/.ssh/known_hosts", address), parse_known_host,
+                 ok_codes=(0, 1))
+
+
 def crossing(links: dict[str, str]) -> Probe[dict[tuple[str, str], str]]:
     """Ping each peer twin address out of the same-named local twin, then read which MAC answered.
 

@@ -11,10 +11,12 @@ import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
 import yaml
+
+if TYPE_CHECKING:
+    import jinja2
 
 from sparkpair import paths
 from sparkpair.errors import RenderError, UsageError
@@ -45,6 +47,8 @@ def templates_dir() -> Path:
 
 @cache
 def _environment() -> jinja2.Environment:
+    import jinja2  # here, not at the top: doctor and status render nothing and skip its 0.03-0.1 s import
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,
@@ -58,6 +62,8 @@ def _environment() -> jinja2.Environment:
 
 def render_template(name: str, **context: Any) -> str:
     """Render templates/<name>; template errors name the template and line."""
+    import jinja2
+
     try:
         return _environment().get_template(name).render(**context)
     except jinja2.TemplateError as error:

@@ -60,19 +60,21 @@ def parse(raw: bytes | str | None) -> dict[str, object] | None:
 
 
 def _try_take(head: NodeConnection, mine: dict[str, object]) -> dict[str, object] | None:
-    """Create the lock (a private file hard-linked into place: atomic, fails if it exists);
-    None when taken, else the current holder's record."""
+    """Create the lock (a private file hard-linked into place: atomic, fails if it exists), in one round
+    trip that also reads the lock when it is taken; None when taken, else the current holder's record."""
     path = f"{head.home}/{LOCK_FILE}"
     staged = f"{path}.{mine['host']}.{mine['pid']}"
-    head.check(Shell("mkdir -p {}", os.path.dirname(path)))
-    head.put(json.dumps(mine), staged, mode=0o600)
-    result = head.run(Shell("ln {} {} 2>/dev/null; rc=$?; rm -f {}; exit $rc", staged, path, staged))
+    result = head.run(Shell("mkdir -p {} && (umask 077 && printf %s {} > {}) && { ln {} {} 2>/dev/null; rc=$?; "
+                            "rm -f {}; [ $rc -eq 0 ] && exit 0; cat {} 2>/dev/null; exit 3; }",
+                            os.path.dirname(path), json.dumps(mine), staged, staged, path, staged, path))
     if result.ok:
         return None
-    raw = head.read(path)
-    if not raw:
+    if result.exit_code != 3:
+        raise SparkpairError(f"cannot create the pair's lock {path}: {result.stderr.strip() or result.exit_code}",
+                             node=head.name, hint=f"check that {os.path.dirname(path)} is writable by the user")
+    if not result.stdout:
         return {"command": "unknown (empty lock file)"}
-    return parse(raw) or {"command": "unknown (unreadable lock file)"}
+    return parse(result.stdout) or {"command": "unknown (unreadable lock file)"}
 
 
 def release(head: NodeConnection, mine: dict[str, object], warn: object = None) -> None:

@@ -1,4 +1,4 @@
-"""One SSH connection per node (fabric over paramiko): commands, files, HTTP and streams over it.
+"""One SSH connection per node (paramiko): commands, files, HTTP and streams over it.
 
 Opened lazily and verified against known_hosts (never blind acceptance); commands never raise on
 exit codes. Takes plain connection parameters (`SshTarget`), never the inventory.
@@ -7,24 +7,35 @@ exit codes. Takes plain connection parameters (`SshTarget`), never the inventory
 from __future__ import annotations
 
 import base64
+import codecs
 import contextlib
 import hashlib
 import http.client
-import io
 import logging
 import secrets
 import socket
+import sys
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import fabric
-import invoke
-import paramiko
-
 from sparkpair.errors import ConnectError, RemoteCommandError
 from sparkpair.paths import UPLOAD_PREFIX, under_home
 from sparkpair.transport.shell import PATH_PREFIX, Command, Shell, command_text
+
+# paramiko.config imports invoke, when installed, only to run the `Match exec` lines of ssh_config files, which
+# sparkpair never reads; that import (invoke pulls in unittest.mock and asyncio) cost every command about 50 ms
+# of start-up. A None in sys.modules makes paramiko's guarded import fail softly (it keeps invoke = None); it is
+# removed right after, so anything else in this process imports invoke as usual.
+_BLOCKED = "invoke" not in sys.modules
+if _BLOCKED:
+    sys.modules["invoke"] = None  # type: ignore[assignment]
+import paramiko  # noqa: E402
+
+if _BLOCKED:
+    del sys.modules["invoke"]
 
 logging.getLogger("paramiko").setLevel(logging.CRITICAL)  # its channel-open notices are not the user's business
 
@@ -98,10 +109,11 @@ class NodeConnection:
         self._accept_new = accept_new_host_keys
         self._timeout = connect_timeout
         self._trace = trace
-        self._connection: fabric.Connection | None = None
+        self._connection: paramiko.SSHClient | None = None
+        self._sftp: paramiko.SFTPClient | None = None
         self._home: str | None = None
 
-    def _open(self, timeout: float | None = None) -> fabric.Connection:
+    def _open(self, timeout: float | None = None) -> paramiko.SSHClient:
         if self._connection is not None:
             return self._connection
         target = self.target
@@ -114,19 +126,59 @@ class NodeConnection:
         if target.known_hosts.is_file():
             client.load_host_keys(str(target.known_hosts))
         client.set_missing_host_key_policy(_HostKeyPolicy(target, self._accept_new))
-        connection = fabric.Connection(
-            target.host, user=target.user, port=target.port, connect_timeout=timeout,
-            connect_kwargs={"key_filename": str(key_file), "look_for_keys": False, "allow_agent": False,
-                            "banner_timeout": timeout, "auth_timeout": timeout})
-        connection.client = client
         try:
-            connection.open()
+            client.connect(target.host, port=target.port, username=target.user, key_filename=str(key_file),
+                           look_for_keys=False, allow_agent=False, timeout=timeout, banner_timeout=timeout,
+                           auth_timeout=timeout)
         except ConnectError:
             raise
         except Exception as error:  # noqa: BLE001 (every way SSH can fail becomes one line)
+            client.close()
             raise _connect_error(target, error) from None
-        self._connection = connection
-        return connection
+        self._connection = client
+        return client
+
+    def _execute(self, text: str, timeout: float | None, stdin: str | None,
+                 on_out: Callable[[bytes], None], on_err: Callable[[bytes], None]) -> int | None:
+        """Run text in a new session channel, handing its stdout and stderr to on_out/on_err as they come
+        (stderr from a reader thread); its exit code, or None when timeout seconds passed first."""
+        try:
+            transport = self._open().get_transport()
+            if transport is None:
+                raise paramiko.SSHException("the SSH transport is closed")
+            channel = transport.open_session(timeout=self._timeout)
+            channel.exec_command(PATH_PREFIX + text)
+            if stdin is not None:
+                channel.sendall(stdin.encode())
+            channel.shutdown_write()
+        except (OSError, EOFError, paramiko.SSHException) as error:
+            raise ConnectError(f"connection lost while running `{text}`: {error}", node=self.name) from None
+        reader = threading.Thread(target=_drain, args=(channel, on_err), daemon=True)
+        reader.start()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            while True:
+                left = 1.0 if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                channel.settimeout(min(left, 1.0))
+                try:
+                    data = channel.recv(65536)
+                except TimeoutError:
+                    continue
+                if not data:
+                    break
+                on_out(data)
+            while not channel.exit_status_ready():
+                if deadline is not None and time.monotonic() > deadline:
+                    return None
+                channel.status_event.wait(0.5)
+            reader.join(5)
+            return channel.recv_exit_status()
+        except (OSError, EOFError, paramiko.SSHException) as error:
+            raise ConnectError(f"connection lost while running `{text}`: {error}", node=self.name) from None
+        finally:
+            channel.close()
 
     def connect(self, timeout: float | None = None) -> None:
         """Open the connection now (to fail early and clearly); timeout: seconds for this attempt, when it
@@ -139,16 +191,12 @@ class NodeConnection:
         text = command_text(command, sudo)
         if self._trace:
             self._trace(self.name, text)
-        try:
-            result = self._open().run(PATH_PREFIX + text, hide=True, warn=True, timeout=timeout,
-                                      in_stream=io.StringIO(stdin) if stdin is not None else False)
-        except invoke.exceptions.CommandTimedOut as error:
-            return CommandResult(self.name, text, 124, error.result.stdout, f"timed out after {timeout} s")
-        except invoke.exceptions.ThreadException as error:  # e.g. the command exited before reading stdin
-            return CommandResult(self.name, text, 255, "", f"I/O with the command failed: {error.exceptions}")
-        except (OSError, EOFError, paramiko.SSHException) as error:
-            raise ConnectError(f"connection lost while running `{text}`: {error}", node=self.name) from None
-        return CommandResult(self.name, text, result.exited, result.stdout, result.stderr)
+        out, err = bytearray(), bytearray()
+        code = self._execute(text, timeout, stdin, out.extend, err.extend)
+        stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
+        if code is None:
+            return CommandResult(self.name, text, 124, stdout, f"timed out after {timeout} s")
+        return CommandResult(self.name, text, code, stdout, stderr)
 
     def stream(self, command: Command, on_line: Callable[[str], None], *, timeout: float | None = None) -> int:
         """Run a command, handing each line of its output (stdout and stderr) to on_line as it comes;
@@ -156,17 +204,11 @@ class NodeConnection:
         text = command_text(command)
         if self._trace:
             self._trace(self.name, text)
-        sink = _LineSink(on_line)
-        try:
-            result = self._open().run(PATH_PREFIX + text, hide=True, warn=True, timeout=timeout, in_stream=False,
-                                      out_stream=sink, err_stream=sink)
-        except invoke.exceptions.CommandTimedOut:
-            sink.flush()
-            return 124
-        except (OSError, EOFError, paramiko.SSHException) as error:
-            raise ConnectError(f"connection lost while running `{text}`: {error}", node=self.name) from None
-        sink.flush()
-        return int(result.exited)
+        out, err = _LineSink(on_line), _LineSink(on_line)
+        code = self._execute(text, timeout, None, out.feed, err.feed)
+        out.flush()
+        err.flush()
+        return 124 if code is None else code
 
     def check(self, command: Command, *, sudo: bool = False, timeout: float | None = None) -> str:
         """Run a command that must succeed; return its stdout."""
@@ -177,8 +219,7 @@ class NodeConnection:
 
     def client(self) -> paramiko.SSHClient:
         """The open, verified paramiko client (transport.session opens its own channels on it)."""
-        client: paramiko.SSHClient = self._open().client
-        return client
+        return self._open()
 
     def trace(self, text: str) -> None:
         """Show a command line at -vv (what `run` does for every command)."""
@@ -187,7 +228,10 @@ class NodeConnection:
 
     def server_key(self) -> tuple[str, str]:
         """(type, base64) of the host key this connection verified against known_hosts."""
-        key = self._open().client.get_transport().get_remote_server_key()
+        transport = self._open().get_transport()
+        if transport is None:
+            raise ConnectError("the SSH connection is closed", node=self.name)
+        key = transport.get_remote_server_key()
         return key.get_name(), key.get_base64()
 
     @property
@@ -200,7 +244,7 @@ class NodeConnection:
     def put(self, content: str | bytes, path: str, *, mode: int = 0o644, sudo: bool = False) -> None:
         """Write a file atomically: upload beside it (or to a private temp) and rename into place."""
         data = content.encode() if isinstance(content, str) else content
-        sftp = self._open().sftp()
+        sftp = self._sftp_client()
         temp = f"{path}.sparkpair-{secrets.token_hex(4)}" if not sudo else \
             f"{under_home(UPLOAD_PREFIX, self.home)}{secrets.token_hex(4)}"
         try:
@@ -221,7 +265,7 @@ class NodeConnection:
     def read(self, path: str) -> bytes | None:
         """A file's content, or None when it does not exist (user-readable files only)."""
         try:
-            with self._open().sftp().open(path, "rb") as handle:
+            with self._sftp_client().open(path, "rb") as handle:
                 return bytes(handle.read())
         except FileNotFoundError:
             return None
@@ -233,7 +277,10 @@ class NodeConnection:
         None when nothing listens on the port (so no firewall between here and the node matters).
         """
         try:
-            channel = self._open().client.get_transport().open_channel(
+            transport = self._open().get_transport()
+            if transport is None:
+                raise paramiko.SSHException("the SSH transport is closed")
+            channel = transport.open_channel(
                 "direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0), timeout=timeout)
         except paramiko.ChannelException:
             return None
@@ -251,25 +298,48 @@ class NodeConnection:
         finally:
             connection.close()
 
+    def _sftp_client(self) -> paramiko.SFTPClient:
+        """The connection's SFTP session, opened on first use."""
+        if self._sftp is None:
+            self._sftp = self._open().open_sftp()
+        return self._sftp
+
     def close(self) -> None:
+        if self._sftp is not None:
+            with contextlib.suppress(Exception):
+                self._sftp.close()
         if self._connection is not None:
             self._connection.close()
-        self._connection = None
+        self._connection, self._sftp = None, None
 
 
-class _LineSink(io.TextIOBase):
-    """A write-only stream that hands complete lines to a callback (fabric writes output chunks to it)."""
+def _drain(channel: paramiko.Channel, on_err: Callable[[bytes], None]) -> None:
+    """Hand a channel's stderr to on_err until it ends (the reader thread of `_execute`)."""
+    while True:
+        try:
+            data = channel.recv_stderr(65536)
+        except TimeoutError:
+            continue
+        except (OSError, EOFError, paramiko.SSHException):
+            return
+        if not data:
+            return
+        on_err(data)
+
+
+class _LineSink:
+    """Hands complete lines of one output stream (bytes as they come, UTF-8) to a callback."""
 
     def __init__(self, on_line: Callable[[str], None]) -> None:
         self._on_line, self._pending = on_line, ""
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
-    def write(self, text: str) -> int:
-        self._pending += text.replace("\r", "\n")
+    def feed(self, data: bytes) -> None:
+        self._pending += self._decoder.decode(data).replace("\r", "\n")
         *lines, self._pending = self._pending.split("\n")
         for line in lines:
             if line.strip():
                 self._on_line(line)
-        return len(text)
 
     def flush(self) -> None:
         if self._pending.strip():

@@ -219,7 +219,8 @@ def test_sigint_during_restore_finishes_it_on_both_nodes(pristine_pair) -> None:
 # --- launch -----------------------------------------------------------------------------------------
 
 def test_sigint_while_starting_containers_reports_them_and_launch_reuses_them(stopped) -> None:
-    run = interrupt(stopped.inventory, r"p=/dev/infiniband", "-vv", "launch", "--timeout", "120")
+    run = interrupt(stopped.inventory, r"mkdir -p \S+/\.sparkpair/config \S+/\.sparkpair/secrets", "-vv", "launch",
+                    "--timeout", "120")
     _interrupted(run, "interrupted while starting the engine containers; spark-a: engine container "
                       f"{CONTAINER} running, engine not started; spark-b: engine container {CONTAINER} running")
     assert "Continue with: sparkpair launch qwen3-235b; undo with: sparkpair stop" in run.err

@@ -92,7 +92,8 @@ def node_facts(inventory: Inventory, name: str) -> NodeFacts:
         facts[net.ethtool(twin)] = Ethtool(200000, True)
         facts[net.ping(twin, target)] = PingResult(2, 2, 0.1)
         facts[net.ping(twin, target, mtu - 28)] = PingResult(2, 2, 0.1)
-        facts[net.ssh_batch(target)] = peer.name
+        facts[net.known_host(target)] = (("ssh-ed25519", f"AAAA{peer.name}"),)
+    facts[net.ssh_batch(str(next(iter(peer.links.values())).ip))] = peer.name
     for repo in inventory.profile(PROFILE).repos:
         facts[models.manifest(cache, repo)] = manifest()
     repos = tuple(inventory.profile(PROFILE).repos)
@@ -238,6 +239,10 @@ BROKEN = [
      [f"sets {TWIN} to mtu 9000 on spark-a and spark-b"]),
     (set_fact("spark-a", net.ssh_batch("198.19.1.12"), DENIED), "trust.ssh", "spark-a", "FAIL",
      ["Permission denied", "authorizes spark-a's key on spark-b"]),
+    (set_fact("spark-a", net.known_host("198.19.2.12"), ()), "trust.ssh", "spark-a", "FAIL",
+     ["198.19.2.12 is not in known_hosts", "records spark-b's host key for 198.19.2.12 on spark-a"]),
+    (set_fact("spark-a", net.known_host("198.19.2.12"), (("ssh-ed25519", "AAAAstale"),)), "trust.ssh", "spark-a",
+     "FAIL", ["(ssh-ed25519) differs from 198.19.1.12's", "records spark-b's host key for 198.19.2.12"]),
     (set_fact("spark-b", host.IDENTITY, Identity(1000, "nvidia", frozenset({"nvidia"}), "spark-b")), "docker.group",
      "spark-b", "FAIL", ["usermod -aG docker"]),
     (set_fact("spark-b", docker.DOCKER_INFO, ProbeFailure("docker_info", 1, "Cannot connect to the Docker daemon")),

@@ -8,7 +8,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from sparkpair.probes import Probe, ProbeFailure, batch_script, host, models, net, parse_batch
+from sparkpair.probes import Probe, ProbeFailure, batch_script, docker, host, models, net, parse_batch
+from sparkpair.probes import judge as probes_judge
 from sparkpair.transport import Shell
 
 CAPTURED = Path(__file__).parent.parent / "fixtures" / "probes"
@@ -198,3 +199,54 @@ def test_batch_runs_probes_concurrently_and_keeps_failures(tmp_path: Path) -> No
     raw = parse_batch(result.stdout)
     assert raw == {0: (0, "a b\n", ""), 1: (4, "", "oops\n")}
     assert str(ProbeFailure("sleep-b", 4, "oops\n")) == "sleep-b: oops"
+
+
+def test_docker_engine_api_answers_of_a_real_engine() -> None:
+    info = docker.DOCKER_INFO.parse(captured("docker-api-info.txt"))
+    assert info.server_version.startswith("20.10") and {"nvidia", "runc"} <= info.runtimes
+    image = docker.image_id("sparkpair/trtllm-sim:1.3.0rc12").parse(captured("docker-api-image.txt"))
+    assert image is not None and re.fullmatch(r"sha256:[0-9a-f]{64}", image)
+    assert docker.image_id("nvcr.io/x:1").parse(captured("docker-api-image-missing.txt")) is None
+    state = docker.container("sp-fixture").parse(captured("docker-api-container.txt"))
+    assert state is not None and state.name == "sp-fixture" and state.running and state.status == "running"
+    assert state.labels["sparkpair.node"] == "spark-a" and state.image_id.startswith("sha256:")
+    assert docker.container("trtllm-multinode").parse(captured("docker-api-container-missing.txt")) is None
+
+
+def test_docker_probes_refuse_an_answer_that_is_not_the_asked_object() -> None:
+    for probe in (docker.DOCKER_INFO, docker.image_id("x"), docker.container("x")):
+        failed = probes_judge(probe, 0, '{"message":"client version 1.99 is too new"}\n400\n', "")
+        assert isinstance(failed, ProbeFailure) and "HTTP 400" in failed.stderr
+
+
+def test_docker_probes_on_a_node_without_the_daemon_or_its_group(tmp_path: Path) -> None:
+    """The socket checks ahead of curl, run by a real shell: no socket, and a socket this user may not use."""
+    missing = tmp_path / "none.sock"
+    run = subprocess.run(["sh", "-c", docker.DOCKER_INFO.command.text], capture_output=True, text=True,
+                         env={"DOCKER_HOST": f"unix://{missing}", "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 1 and "no socket" in run.stderr
+
+
+def test_hub_reach_from_curls_answers() -> None:
+    """curl 7.88's own lines on this machine: an answer, a refused connection, an unknown host."""
+    assert models.parse_hub("http 200\n") == models.HubReach(True, "HTTP 200")
+    assert models.parse_hub("http 401\n").reachable
+    refused = "curl: (7) Failed to connect to 198.18.0.1 port 8791 after 0 ms: Couldn't connect to server\nhttp 000\nexit 7\n"
+    assert models.parse_hub(refused) == models.HubReach(False, refused.splitlines()[0])
+    unknown = models.parse_hub("curl: (6) Could not resolve host: huggingface.co\nhttp 000\nexit 6\n")
+    assert not unknown.reachable and "Could not resolve host" in unknown.detail
+
+
+def test_known_host_pins_from_ssh_keygen(tmp_path: Path) -> None:
+    """Real ssh-keygen -F on a known_hosts with a hashed and a plain entry, and on an address it lacks."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    key = "AAAAC3NzaC1lZDI1NTE5AAAAIKWoQFZFH5Ld"
+    (home / ".ssh" / "known_hosts").write_text(f"198.19.1.12 ssh-ed25519 {key}\n198.19.2.12 ssh-rsa AAAAB3rsa\n")
+    subprocess.run(["ssh-keygen", "-H", "-f", str(home / ".ssh" / "known_hosts")], capture_output=True, check=True)
+    env = {"HOME": str(home), "PATH": "/usr/bin:/bin"}
+    for address, expected in (("198.19.1.12", (("ssh-ed25519", key),)), ("198.19.2.12", (("ssh-rsa", "AAAAB3rsa"),)),
+                              ("198.19.9.9", ())):
+        probe = net.known_host(address)
+        run = subprocess.run(["sh", "-c", probe.command.text], capture_output=True, text=True, env=env)
+        assert run.returncode in probe.ok_codes and probe.parse(run.stdout) == expected
