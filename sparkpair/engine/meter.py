@@ -48,7 +48,7 @@ class Meter:
         parts = [f"{size(done)}{total}"]
         rate = self.rate()
         if rate > 0:
-            parts.append(f"{rate / 1e6:.0f} MB/s")
+            parts.append(f"{rate / 1e6:.{1 if rate < 10e6 else 0}f} MB/s")   # 0.4 MB/s, not 0
             if self.total and done < self.total:
                 parts.append(f"{duration((self.total - done) / rate)} left")
         return f"{self.label}: {', '.join(parts)}"

@@ -168,7 +168,8 @@ def copy(source: NodeConnection, dest: NodeConnection, inventory: Inventory, blo
                                           list(listening["addresses"]))) + "\n")
         sent = _follow(sender, result, blobs, progress, cancel)
         result.errors = [str(error) for error in sent.get("errors", [])]
-        receiver.send("end\n")
+        with contextlib.suppress(SparkpairError):  # a receiver gone already is named by the wait below
+            receiver.send("end\n")
         _received(result, _wait_for(receiver, "result", _verify_timeout(blobs), cancel))
     except KeyboardInterrupt:
         _abort(sender, receiver)
@@ -197,8 +198,7 @@ def _follow(sender: RemoteProcess, result: CopyResult, blobs: list[Blob], progre
         line = _line(sender, cancel, deadline)
         kind, value = record(line)
         if line is END:
-            raise SparkpairError(f"the model copy's sender on {result.source} ended without a result: "
-                                 f"{last_line(sender.stderr_tail(), 'no output')}", node=result.source)
+            raise _gone(sender, "sender", "ended without a result")
         if not kind:
             continue
         deadline = time.monotonic() + QUIET_TIMEOUT_S
@@ -216,7 +216,7 @@ def _follow(sender: RemoteProcess, result: CopyResult, blobs: list[Blob], progre
             for repo, meter in meters.items():
                 meter.finish(f"{size(by_repo.get(models.repo_dirname(repo), 0))} sent")
             overall.finish(f"{size(result.bytes)} in {result.seconds:.1f} s, {result.rate / 1e6:.0f} MB/s over "
-                           f"{result.streams} streams on {twins_used} twins")
+                           f"{result.streams} streams on {twins_used} twin{'s' if twins_used != 1 else ''}")
             return value
 
 
@@ -238,11 +238,20 @@ def _wait_for(process: RemoteProcess, wanted: str, timeout: float,
     while True:
         line = _line(process, cancel, deadline)
         if line is END:
-            raise SparkpairError(f"the model copy's receiver on {process.node} stopped: "
-                                 f"{last_line(process.stderr_tail(), 'no output')}", node=process.node)
+            raise _gone(process, "receiver", "stopped")
         kind, value = record(line)
         if kind == wanted:
             return value
+
+
+def _gone(process: RemoteProcess, role: str, what: str) -> SparkpairError:
+    """The error for a node program that ended before its result (killed, or it failed): its last words or
+    exit status, and that the files verified on arrival stay for the rerun."""
+    code = process.exit_code(timeout=2.0)
+    status = f"exit {code}" if code is not None else "no exit status"
+    return SparkpairError(f"the model copy's {role} on {process.node} {what} "
+                          f"({last_line(process.stderr_tail(), status)}); what had arrived whole and been verified "
+                          "stays, a rerun of sparkpair launch sends the rest", node=process.node)
 
 
 def _received(result: CopyResult, value: Mapping[str, Any]) -> None:

@@ -54,7 +54,8 @@ def read_manifests(connection: NodeConnection, inventory: Inventory, repos: list
 def verify(connection: NodeConnection, inventory: Inventory, repos: list[str], progress: Progress,
            remove_bad: bool) -> models.ContentCheck:
     """Hash every file of repos on the node the node's cache does not vouch for, in parallel; with
-    remove_bad, a corrupt blob and the snapshot links to it are removed (to be fetched again)."""
+    remove_bad, a corrupt blob is removed (to be fetched again); its snapshot links stay, dangling, so the repo's
+    manifest reads incomplete (those files missing) until the fetch or the copy puts the blob back."""
     options = models.verify_options(inventory.container.hf_cache, repos, remove_bad=remove_bad, progress=True)
     meter = Meter(progress, connection.name, f"verify:{connection.name}", f"verifying {connection.name}'s model files",
                   None)
@@ -196,7 +197,7 @@ def _split(pair: Pair, inventory: Inventory, repo: str, nodes: list[str], transp
 
     copies = pair.each(exchange, names=nodes, cancel=cancel).raise_first().values
     for result in copies.values():
-        _require(result, repo)
+        _require(result, repo, progress)
     moved = sum(result.bytes for result in copies.values())
     slowest = max(result.seconds for result in copies.values())
     parts = ", ".join(f"{name} fetched {len(split.files[name])} files ({size(split.bytes[name])}) in "
@@ -205,9 +206,14 @@ def _split(pair: Pair, inventory: Inventory, repo: str, nodes: list[str], transp
     return list(copies.values())
 
 
-def _require(result: modelcopy.CopyResult, repo: str) -> None:
-    """Raise when a copy left files behind: which, why, and that a rerun sends only those."""
-    if result.ok and not result.errors and not result.unlinked:
+def _require(result: modelcopy.CopyResult, repo: str, progress: Progress) -> None:
+    """Raise when a copy left files behind: which, why, and that a rerun sends only those. A stream that
+    failed while the others carried its chunks to the end (every file arrived, verified, linked) is a
+    warning naming the twin, not a failed copy."""
+    if result.ok and not result.unlinked:
+        for error in result.errors:
+            progress(Event(result.dest, f"a stream of the copy from {result.source} gave up ({error}); the other "
+                                        "streams carried its chunks: every file arrived and was verified", "warning"))
         return
     problem = (result.errors[0] if result.errors else
                f"{len(result.bad)} files arrived corrupt" if result.bad else
@@ -243,7 +249,7 @@ def _match_worker(inventory: Inventory, head: NodeConnection, worker: NodeConnec
     if not results[-1].ok and not results[-1].errors:  # arrived corrupt or lost on the way: send those once more
         again = [blob for blob in blobs if blob.name in set(results[-1].bad) | set(results[-1].missing)]
         results.append(modelcopy.copy(head, worker, inventory, again, snapshots, options.transport, progress))
-    _require(results[-1], ", ".join(wanted))
+    _require(results[-1], ", ".join(wanted), progress)
     after = read_manifests(worker, inventory, list(wanted))
     for repo in wanted:
         differences = mine[repo].differences(after[repo])

@@ -164,6 +164,21 @@ def test_a_copy_cut_short_keeps_its_whole_files_and_says_a_rerun_sends_the_rest(
         _ensure(example_inventory_path)
 
 
+def test_a_stream_that_gave_up_while_the_others_delivered_everything_is_a_warning(
+        world: dict[str, Any], example_inventory_path: Path) -> None:
+    """A twin's streams that failed mid-copy (its chunks carried by the other twin) do not fail a copy whose every
+    file arrived verified and linked: the launch goes on with a warning naming the twin."""
+    both = {TARGET: manifest(), DRAFT: manifest("r2")}
+    world["caches"] = {"spark-a": [both], "spark-b": [{TARGET: MISSING, DRAFT: manifest("r2")}, {TARGET: manifest()}]}
+    world["copies"] = [modelcopy.CopyResult("spark-a", "spark-b", "tcp", verified=[SHARD, CONFIG],
+                                            errors=["enp1s0f1np1: timed out"])]
+    events: list[Event] = []
+    assert _ensure(example_inventory_path, events=events) == {TARGET: "r1", DRAFT: "r2"}
+    warnings = [event.text for event in events if event.level == "warning"]
+    assert warnings == ["a stream of the copy from spark-a gave up (enp1s0f1np1: timed out); the other streams "
+                        "carried its chunks: every file arrived and was verified"]
+
+
 def test_a_file_that_arrived_corrupt_is_sent_once_more(world: dict[str, Any], example_inventory_path: Path) -> None:
     both = {TARGET: manifest(), DRAFT: manifest("r2")}
     world["caches"] = {"spark-a": [both], "spark-b": [{TARGET: MISSING, DRAFT: manifest("r2")}, {TARGET: manifest()}]}

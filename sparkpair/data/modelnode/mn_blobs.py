@@ -185,9 +185,7 @@ def verify(options):
                 problem = "its blob is corrupt"
             if problem:
                 report[repo]["links"].append([relative, problem])
-                if options.get("remove_bad") and blob in report[repo]["bad"]:
-                    os.unlink(os.path.join(repo_dir, "snapshots", relative))
-        if options.get("remove_bad"):
+        if options.get("remove_bad"):  # the snapshot links stay, dangling: the repo reads as incomplete until refetched
             for name in report[repo]["bad"]:
                 remove(os.path.join(repo_dir, "blobs", name))
     cache.save()

@@ -33,9 +33,11 @@ class Receiver:
         self.stopping = threading.Event()
         self.sockets, self.refused = [], []
         self.verdicts = {}
-        self.pool = concurrent.futures.ThreadPoolExecutor(max(1, (os.cpu_count() or 2) // 2))
+        cores = os.cpu_count() or 2
+        self.during = job.get("verify_during", cores >= 8)
+        # hashing while chunks arrive takes half the cores; after the transfer, every core is free for it
+        self.pool = concurrent.futures.ThreadPoolExecutor(max(1, cores // 2 if self.during else cores))
         self.pending = []
-        self.during = job.get("verify_during", (os.cpu_count() or 2) >= 8)
         for entry in self.files.values():
             path = self.part(entry)
             os.makedirs(os.path.dirname(path), exist_ok=True)
