@@ -4,7 +4,8 @@
 On the simulated pair (needs root; holds the pair's lock /tmp/sparkpair-pair.lock while it measures):
 
 1. makes a synthetic repo of N GiB (default 2) in a real hub layout on the head, with the stand-in
-   `hf download` in a throwaway engine container (blob names are the real hashes of the content);
+   `hf download` in a throwaway engine container (blob names are the real hashes of the content),
+   and syncs it to disk (both simulated nodes share one kernel's dirty-page budget, two Sparks do not);
 2. verifies it on the head (so the copy below is not mixed with the head's first hashing);
 3. floor: the same bytes over one raw TCP connection on the first twin, sender `sendfile`, receiver
    reading into a buffer it drops (first byte to last); measured before and after the copy, the
@@ -106,6 +107,10 @@ def main() -> int:
                                       f"hf download {repo} --quiet", check=False)
         if made.returncode != 0:
             sys.exit(f"making the synthetic repo failed:\n{made.stderr}")
+        # Write the new repo to disk now. The simulated nodes share one kernel, hence one budget of dirty
+        # pages: left dirty, the head's fresh N GiB would throttle the worker's writes to the disk's
+        # writeback speed, which two real Sparks (each its own kernel and memory) never do to each other.
+        node(head, "sync")
         node(worker, "rm", "-rf", repo_dir)
         cluster = inventory.cluster
         targets = [SshTarget(n.name, n.host, n.port, cluster.user, cluster.ssh_key, cluster.known_hosts)
