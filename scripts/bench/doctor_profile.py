@@ -33,8 +33,8 @@ def timeline(connection: object, probes: list, timeout: float = 60.0) -> list[tu
 
     timed = []
     for probe in probes:
-        stamped = Shell.compose([Shell("s=$(date +%s%N)"), probe.command,
-                                 Shell('r=$?; printf "\\n@@%s %s\\n" "$s" "$(date +%s%N)"; exit $r')], "; ")
+        stamped = Shell.compose([Shell("sp_t0=$(date +%s%N)"), probe.command,
+                                 Shell('r=$?; printf "\\n@@%s %s\\n" "$sp_t0" "$(date +%s%N)"; exit $r')], "; ")
         timed.append(Probe(probe.kind, probe.args, stamped, str, probe.sudo, probe.ok_codes))
     script = Shell.compose([Shell("printf '@@0 %s\\n' \"$(date +%s%N)\""), batch_script(timed)], "; ")
     result = connection.run(script, timeout=timeout)  # type: ignore[attr-defined]

@@ -62,7 +62,9 @@ def _apply(run: SetupRun) -> None:
             return
     else:
         run.stage = "verifying the link"
-        problems = verify.judge_link(run.inventory, run.plan.current) or verify.verify_link(run.pair, run.inventory)
+        problems = verify.judge_link(run.inventory, run.plan.current)
+        if problems:  # probe again, polling: the planning round may have caught the link settling
+            problems = verify.verify_link(run.pair, run.inventory)
         if problems:
             run.errors(problems)
             return

@@ -91,18 +91,14 @@ def release(head: NodeConnection, mine: dict[str, object], warn: object = None) 
 
 
 def _release(head: NodeConnection, mine: dict[str, object], warn: object) -> None:
+    """Remove the lock when it holds exactly what this run wrote; one round trip, which also reads it back
+    when it is not ours (to warn about an unreadable one)."""
     path = f"{head.home}/{LOCK_FILE}"
-    raw = head.read(path)
-    if raw is None:
-        return
-    info = parse(raw)
-    if info is None:
-        if callable(warn):
-            warn(f"{head.name}: left the lock {path} in place: it is unreadable, so it may not be this run's "
-                 "(`sparkpair unlock` removes it)")
-        return
-    if info.get("pid") == mine["pid"] and info.get("host") == mine["host"]:
-        head.run(Shell("rm -f {}", path))
+    result = head.run(Shell('[ -e {} ] || exit 0; c=$(cat {}) || exit 4; [ "$c" = {} ] && { rm -f {}; exit 0; }; '
+                            'printf %s "$c"; exit 3', path, path, json.dumps(mine), path))
+    if result.exit_code == 3 and parse(result.stdout) is None and callable(warn):
+        warn(f"{head.name}: left the lock {path} in place: it is unreadable, so it may not be this run's "
+             "(`sparkpair unlock` removes it)")
 
 
 @contextlib.contextmanager
