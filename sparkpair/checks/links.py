@@ -7,6 +7,7 @@ and so does setup-network's verification, which runs these same checks over what
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -17,6 +18,7 @@ from sparkpair.errors import last_line
 from sparkpair.inventory import Inventory, Node
 from sparkpair.probes import NodeFacts, Probe, ProbeFailure, net, rdma
 from sparkpair.probes.net import PingResult
+from sparkpair.transport import Shell
 
 SPEED = 200000
 SETUP = "sparkpair setup-network"
@@ -63,7 +65,14 @@ def trust_probes(inventory: Inventory, node: Node) -> list[Probe[Any]]:
     or a firewall that refuses port 22 on the second address only; the launch's MPI start would.
     """
     addresses = peer_addresses(inventory, node)
-    return [net.ssh_batch(addresses[0]), *(net.known_host(address) for address in addresses)]
+    twin, own = next(iter(node.links.items()))
+    login = net.ssh_batch(addresses[0])
+    # Tried only when node's own twin holds its address: else no route can reach the peer and ssh would wait
+    # out its ConnectTimeout (5 s) on every doctor of a pair not set up yet. Same probe, so the judge finds it.
+    guarded = replace(login, command=Shell.compose([
+        Shell("ip -o -4 addr show dev {} 2>/dev/null | grep -qF {} || { echo {} >&2; exit 255; }", twin, f" {own} ",
+              f"not tried: {twin} does not hold {own} yet (links.address)"), login.command]))
+    return [guarded, *(net.known_host(address) for address in addresses)]
 
 
 def link_probes(inventory: Inventory, node: Node, verify_only: bool = False) -> list[Probe[Any]]:
