@@ -115,7 +115,10 @@ class NodeConnection:
 
     def _open(self, timeout: float | None = None) -> paramiko.SSHClient:
         if self._connection is not None:
-            return self._connection
+            transport = self._connection.get_transport()
+            if transport is not None and transport.is_active():
+                return self._connection
+            self.close()  # the node dropped the connection: open a new one, as fabric did on every run
         target = self.target
         timeout = timeout or self._timeout
         key_file = target.key_file
