@@ -70,8 +70,9 @@ def trust_probes(inventory: Inventory, node: Node) -> list[Probe[Any]]:
     # Tried only when node's own twin holds its address: else no route can reach the peer and ssh would wait
     # out its ConnectTimeout (5 s) on every doctor of a pair not set up yet. Same probe, so the judge finds it.
     guarded = replace(login, command=Shell.compose([
-        Shell("ip -o -4 addr show dev {} 2>/dev/null | grep -qF {} || { echo {} >&2; exit 255; }", twin, f" {own} ",
-              f"not tried: {twin} does not hold {own} yet (links.address)"), login.command]))
+        net.holds_address(twin, str(own)),
+        Shell(" || { echo {} >&2; exit 255; }; ", f"not tried: {twin} does not hold {own} yet (links.address)"),
+        login.command], ""))
     return [guarded, *(net.known_host(address) for address in addresses)]
 
 

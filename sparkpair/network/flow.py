@@ -90,10 +90,10 @@ def _establish_trust(run: SetupRun) -> bool:
     if changes and not _applied(run, changes):
         return False
     run.stage = "verifying SSH trust"
-    unchanged = not (run.plan.key_changes or changes or run.plan.network.changes)
-    problems = verify.judge_trust(run.inventory, run.plan.current) if unchanged else ["changed since planned"]
-    if problems:  # probe again: trust changed, or the planning round's view of it may be out of date
-        problems = verify.verify_trust(run.pair, run.inventory)
+    changed = bool(run.plan.key_changes or changes or run.plan.network.changes)
+    problems: list[str] = []
+    if changed or verify.judge_trust(run.inventory, run.plan.current):  # probe again: the planning round's view is
+        problems = verify.verify_trust(run.pair, run.inventory)        # out of date, or may have caught it settling
     if problems:
         run.errors(problems + ["undo with: sparkpair setup-network --restore"])
         return False

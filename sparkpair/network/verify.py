@@ -50,8 +50,7 @@ def state_probes(inventory: Inventory, with_trust: bool = True) -> dict[str, lis
     and the run verifies after its apply anyway."""
     guarded = {}
     for node in inventory.nodes:
-        ready = Shell.compose([Shell("ip -o -4 addr show dev {} 2>/dev/null | grep -qF {}", twin, f" {address} ")
-                               for twin, address in node.links.items()], " && ")
+        ready = Shell.compose([net.holds_address(twin, str(address)) for twin, address in node.links.items()], " && ")
         asked = [*verification_probes(inventory, node), *(links.trust_probes(inventory, node) if with_trust else [])]
         guarded[node.name] = [replace(probe, command=Shell.compose(
             [Shell("{ "), ready, Shell(" || { echo 'the twins are not configured yet' >&2; exit 125; }; }; "),

@@ -254,6 +254,12 @@ def ssh_batch(address: str) -> Probe[str]:
 
 
 
+def holds_address(twin: str, address: str) -> Shell:
+    """A shell test, true when twin holds address (`198.19.1.11/24`) now: what a probe that needs the QSFP
+    link configured runs first, instead of waiting out a timeout on a node not set up yet."""
+    return Shell("ip -o -4 addr show dev {} 2>/dev/null | grep -qF {}", twin, f" {address} ")
+
+
 def parse_known_host(text: str) -> tuple[tuple[str, str], ...]:
     """The (key type, base64) pairs `ssh-keygen -F ADDRESS` finds in known_hosts (its `#` lines skipped)."""
     keys = []
