@@ -196,8 +196,7 @@ def launch(pair: Pair, inventory: Inventory, options: LaunchOptions, progress: P
 def _apply(run: _Run, changes: list[apply.Change]) -> LaunchResult:
     """Everything launch changes, in order; run.stage names the step under way (for Ctrl-C)."""
     pair, inventory, nodes = run.pair, run.inventory, run.nodes
-    for name in nodes:
-        pair.nodes[name].check(Shell("mkdir -p -m 700 {}", paths.under_home(paths.CONFIG_DIR, pair.nodes[name].home)))
+    pair.each(_private_dirs, names=nodes).raise_first()
     if changes:
         outcomes = apply.apply_changes(pair, changes, JOURNAL, progress=run.progress)
         if any(outcome.interrupted for outcome in outcomes.values()):
@@ -323,15 +322,23 @@ def _explain_failure(run: _Run, detail: str) -> LaunchFailure:
     return LaunchFailure(detail, tails, diagnose.classify("\n".join(texts.values())))
 
 
+def _private_dirs(connection: NodeConnection) -> None:
+    """~/.sparkpair/config and ~/.sparkpair/secrets on a node, both 0700 (the secrets one made so even if it
+    was there), in one round trip."""
+    config, secret = (paths.under_home(directory, connection.home) for directory in (paths.CONFIG_DIR,
+                                                                                      paths.SECRETS_DIR))
+    connection.check(Shell("mkdir -p -m 700 {} {} && chmod 700 {}", config, secret, secret))
+
+
 def _place_token(pair: Pair, nodes: list[str]) -> None:
-    """The operator's HF token, as a 0600 file on every rank node (never in argv or the environment)."""
+    """The operator's HF token, as a 0600 file in every rank node's ~/.sparkpair/secrets (made by
+    _private_dirs first; never in argv or the environment)."""
     token = hftoken.find_token()
+    if not token:
+        return
 
     def place(connection: NodeConnection) -> None:
-        directory = paths.under_home(paths.SECRETS_DIR, connection.home)
-        connection.check(Shell("mkdir -p -m 700 {} && chmod 700 {}", directory, directory))
-        if token:
-            connection.put(token + "\n", f"{directory}/hf_token", mode=0o600)
+        connection.put(token + "\n", f"{paths.under_home(paths.SECRETS_DIR, connection.home)}/hf_token", mode=0o600)
 
     pair.each(place, names=nodes).raise_first()
 

@@ -11,11 +11,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from sparkpair.transport import NodeConnection
 
 WATCH_EVERY_S = 2.0
+EXIT_EVERY_S = 1.0
+POLL_EVERY_S = 0.2
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -69,45 +72,48 @@ def wait_ready(head: NodeConnection, port: int, model: str, timeout: float,
                exited: Callable[[], int | None], progress: Callable[[str], None],
                watch: Callable[[], str | None] | None = None) -> Readiness:
     """Poll until ready, the engine exits, the watch reports a stall (its words), or timeout; progress gets
-    each new stage."""
+    each new stage. The exit check (a docker exec, 0.1-0.4 s) and the watch (both nodes) run beside the
+    0.2 s polls of the port, so neither delays seeing the server ready."""
     start = time.monotonic()
-    seen, checked = "", 0.0
-    pool = ThreadPoolExecutor(1)  # the watch reads both nodes (slow): it runs beside the 0.2 s polling
-    watching: Future[str | None] | None = None
-    watched = 0.0
+    seen = ""
+    pool = ThreadPoolExecutor(2)
+    checks = _Beside(pool, exited, EXIT_EVERY_S)
+    watching = _Beside(pool, watch, WATCH_EVERY_S) if watch is not None else None
     try:
         while True:
-            if watching is not None and watching.done():
-                stall, watching = watching.result(), None
-                if stall:
-                    return Readiness(False, seen or "port", stall, time.monotonic() - start, stalled=True)
-            if watch is not None and watching is None and time.monotonic() - watched >= WATCH_EVERY_S:
-                watched = time.monotonic()
-                watching = pool.submit(watch)
-            ready = _poll_once(head, port, model, timeout, exited, progress, start, seen, checked)
-            if isinstance(ready, Readiness):
-                return ready
-            seen, checked = ready
-            time.sleep(0.2)
+            code = checks.poll()
+            if code is not None:
+                return Readiness(False, seen or "port", f"the engine exited with code {code}", time.monotonic() - start)
+            stall = watching.poll() if watching is not None else None
+            if stall:
+                return Readiness(False, seen or "port", stall, time.monotonic() - start, stalled=True)
+            stage, detail = probe_stage(head, port, model)
+            if stage != seen:
+                seen = stage
+                progress(f"{stage}: {detail}" if stage != "ready" else f"ready (a completion answered: {detail!r})")
+            if stage == "ready":
+                return Readiness(True, stage, detail, time.monotonic() - start)
+            if time.monotonic() - start > timeout:
+                return Readiness(False, stage, f"timed out after {timeout:.0f} s: {detail}", time.monotonic() - start)
+            time.sleep(POLL_EVERY_S)
     finally:
-        pool.shutdown(wait=False, cancel_futures=True)  # a watch under way when the wait ends is not waited for
+        pool.shutdown(wait=False, cancel_futures=True)  # a check under way when the wait ends is not waited for
 
 
-def _poll_once(head: NodeConnection, port: int, model: str, timeout: float, exited: Callable[[], int | None],
-               progress: Callable[[str], None], start: float, seen: str, checked: float) -> Readiness | tuple[str, float]:
-    """One readiness poll: the outcome when the wait ends, else (the stage seen, when exited() last ran)."""
-    if time.monotonic() - checked >= 1.0:  # a docker exec: cheap, but not every 0.2 s
-        checked = time.monotonic()
-        code = exited()
-        if code is not None:
-            return Readiness(False, seen or "port", f"the engine exited with code {code}",
-                             time.monotonic() - start)
-    stage, detail = probe_stage(head, port, model)
-    if stage != seen:
-        seen = stage
-        progress(f"{stage}: {detail}" if stage != "ready" else f"ready (a completion answered: {detail!r})")
-    if stage == "ready":
-        return Readiness(True, stage, detail, time.monotonic() - start)
-    if time.monotonic() - start > timeout:
-        return Readiness(False, stage, f"timed out after {timeout:.0f} s: {detail}", time.monotonic() - start)
-    return seen, checked
+class _Beside(Generic[T]):
+    """A slow check run in the pool at most every `every` seconds; poll() gives its latest answer once
+    (None while it runs, or when it found nothing) and starts the next one when it is due."""
+
+    def __init__(self, pool: ThreadPoolExecutor, check: Callable[[], T | None], every: float) -> None:
+        self.pool, self.check, self.every = pool, check, every
+        self.running: Future[T | None] | None = None
+        self.started = -every
+
+    def poll(self) -> T | None:
+        answer = None
+        if self.running is not None and self.running.done():
+            answer, self.running = self.running.result(), None
+        if self.running is None and time.monotonic() - self.started >= self.every:
+            self.started = time.monotonic()
+            self.running = self.pool.submit(self.check)
+        return answer
