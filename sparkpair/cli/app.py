@@ -53,7 +53,8 @@ class App:
         return True
 
     def pair(self, **options: Any) -> Any:
-        """Connections to both nodes (opened lazily); `-vv` traces every remote command."""
+        """Connections to both nodes, already being opened in the background (a node's error comes with the
+        first use of its connection); `-vv` traces every remote command."""
         from sparkpair import report
         from sparkpair.transport import Pair, SshTarget
 
@@ -61,7 +62,9 @@ class App:
         cluster = self.inventory.cluster
         targets = [SshTarget(node.name, node.host, node.port, cluster.user, cluster.ssh_key, cluster.known_hosts)
                    for node in self.inventory.nodes]
-        return Pair(targets, trace=trace, **options)
+        pair = Pair(targets, trace=trace, **options)
+        pair.connect_soon()
+        return pair
 
 
 pass_app = click.make_pass_decorator(App)

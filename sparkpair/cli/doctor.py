@@ -24,15 +24,17 @@ def doctor_cmd(app: App, profile: str | None, as_json: bool, deep: bool, only: s
     --deep starts short-lived containers, so it takes the pair's lock."""
     import time
 
-    from sparkpair import report
-    from sparkpair.checks import Status
-    from sparkpair.checks.doctor import doctor
-
     nccl_tests = nccl_tests_path(nccl_tests, "--deep", deep)
     inv = app.inventory
     name = known_profile(inv, profile)
     start = time.monotonic()
-    with app.pair(connect_timeout=min(timeout, 30.0)) as pair:
+    connecting = app.pair(connect_timeout=min(timeout, 30.0))  # the handshakes overlap the imports below
+
+    from sparkpair import report
+    from sparkpair.checks import Status
+    from sparkpair.checks.doctor import doctor
+
+    with connecting as pair:
         # --deep starts containers on the nodes: it takes the pair's lock (when the head answers at all;
         # an unreachable head is one of the findings, and no MPI job runs without it)
         with app.locked(pair, "doctor --deep", dry_run=not (deep and app.reachable(pair.head))):

@@ -119,6 +119,11 @@ class Pair:
                 errors[name] = error
         return PairResult(values, errors)
 
+    def connect_soon(self) -> None:
+        """Start opening every connection in the background (NodeConnection.connect_soon)."""
+        for connection in self.nodes.values():
+            connection.connect_soon()
+
     def connect(self) -> None:
         """Open both connections; if any node is unreachable, one error names every such node."""
         result = self.each(lambda connection: connection.connect())

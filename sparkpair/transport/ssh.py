@@ -10,7 +10,6 @@ import base64
 import codecs
 import contextlib
 import hashlib
-import http.client
 import logging
 import secrets
 import socket
@@ -99,6 +98,9 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 
+EARLY_FAILURE_KEPT_S = 2.0  # an early connect's error older than this is not reported: the first use retries
+
+
 class NodeConnection:
     """One lazily opened SSH connection to one node; commands never raise on exit codes."""
 
@@ -112,8 +114,35 @@ class NodeConnection:
         self._connection: paramiko.SSHClient | None = None
         self._sftp: paramiko.SFTPClient | None = None
         self._home: str | None = None
+        self._opening = threading.Lock()
+        self._early_failure: tuple[float, BaseException] | None = None
+        self._opening_thread: threading.Thread | None = None
+        self._home_lock = threading.Lock()
+
+    def connect_soon(self) -> None:
+        """Start opening the connection in the background, and learn the home directory, so both round
+        trips overlap the caller's own start-up; the first use waits for the connection, and gets its error if it failed in the last
+        EARLY_FAILURE_KEPT_S seconds (later, that use tries again)."""
+        def opening() -> None:
+            try:
+                self._open()
+            except BaseException as error:  # noqa: BLE001 (handed to the first use, as that use would have raised it)
+                self._early_failure = (time.monotonic(), error)
+                return
+            with contextlib.suppress(Exception):  # most commands need the home next; asked again if this failed
+                _ = self.home
+
+        self._opening_thread = threading.Thread(target=opening, name=f"connect-{self.name}", daemon=True)
+        self._opening_thread.start()
 
     def _open(self, timeout: float | None = None) -> paramiko.SSHClient:
+        with self._opening:
+            failure, self._early_failure = self._early_failure, None
+            if failure is not None and time.monotonic() - failure[0] < EARLY_FAILURE_KEPT_S:
+                raise failure[1]
+            return self._open_locked(timeout)
+
+    def _open_locked(self, timeout: float | None) -> paramiko.SSHClient:
         if self._connection is not None:
             transport = self._connection.get_transport()
             if transport is not None and transport.is_active():
@@ -240,8 +269,9 @@ class NodeConnection:
     @property
     def home(self) -> str:
         """The login user's home directory on the node."""
-        if self._home is None:
-            self._home = self.check(Shell('printf %s "$HOME"')).strip()
+        with self._home_lock:  # asked once, also when connect_soon's thread is asking it right now
+            if self._home is None:
+                self._home = self.check(Shell('printf %s "$HOME"')).strip()
         return self._home
 
     def put(self, content: str | bytes, path: str, *, mode: int = 0o644, sudo: bool = False) -> None:
@@ -290,6 +320,8 @@ class NodeConnection:
         except (OSError, EOFError, paramiko.SSHException) as error:
             raise ConnectError(f"SSH tunnel to port {port} failed: {error}", node=self.name) from None
         channel.settimeout(timeout)
+        import http.client  # here, not at start-up: it brings ssl (~18 ms), and only launch and status ask HTTP
+
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         connection.sock = channel
         try:

@@ -22,18 +22,19 @@ Output: one record per line, `KIND JSON` (progress, listening, result, note). Ne
 import json
 import sys
 
-from mn_blobs import verify, watch
-from mn_receive import receive
-from mn_send import Sender
-
 
 def main(argv):
+    """Run one command; each imports only its own modules (the bootstrap loaded no others, see
+    sparkpair.probes.models.NODE_NEEDS)."""
     command = argv[1] if len(argv) > 1 else ""
     if command in ("verify", "watch"):
+        from mn_blobs import verify, watch
         (verify if command == "verify" else watch)(json.loads(argv[2]))
     elif command == "recv":
+        from mn_receive import receive
         receive(json.loads(sys.stdin.readline()))
     elif command == "send":
+        from mn_send import Sender
         Sender(json.loads(sys.stdin.readline())).run()
     else:
         sys.stderr.write("usage: model_node.py verify JSON | recv | send | watch JSON\n")
