@@ -120,9 +120,11 @@ class Pair:
         return PairResult(values, errors)
 
     def connect_soon(self) -> None:
-        """Start opening every connection in the background (NodeConnection.connect_soon)."""
-        for connection in self.nodes.values():
-            connection.connect_soon()
+        """Start opening every connection in the background (NodeConnection.connect_soon). The threads, and
+        paramiko's that they start, inherit SIGINT blocked: a Ctrl-C always reaches the calling thread."""
+        with _sigint_deferred():
+            for connection in self.nodes.values():
+                connection.connect_soon()
 
     def connect(self) -> None:
         """Open both connections; if any node is unreachable, one error names every such node."""

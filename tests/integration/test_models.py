@@ -90,8 +90,9 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
         argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[:-1]
     except OSError:
         continue
-    if int(pid) != os.getpid() and len(argv) == 4 and argv[1] == b"-c" and b"mn_main" in argv[2] and \
-            argv[3] == sys.argv[1].encode():
+    at = argv.index(b"-c") if b"-c" in argv else -1  # python3 [options] -c PROGRAM ROLE
+    if int(pid) != os.getpid() and at > 0 and len(argv) == at + 3 and b"mn_main" in argv[at + 1] and \
+            argv[at + 2] == sys.argv[1].encode():
         if sys.argv[2] == "kill":
             os.kill(int(pid), signal.SIGKILL)
         print(pid)
