@@ -53,9 +53,13 @@ def check_reach(facts: Facts) -> Iterable[Finding]:
         else:
             yield ok("reach.ssh", node.name, f"{cluster.user}@{node.host}:{node.port}, host key verified")
     for name, sudo in per_node(facts, host.SUDO):
-        yield (ok("reach.sudo", name, "sudo -n works") if sudo is True else
-               fail("reach.sudo", name, "sudo asks for a password (setup-network and launch need sudo -n)",
-                    f"echo '{cluster.user} ALL=(ALL) NOPASSWD:ALL' | sudo tee /etc/sudoers.d/sparkpair"))
+        if isinstance(sudo, ProbeFailure):  # the question got no answer: that is not a password prompt
+            yield fail("reach.sudo", name, f"could not ask whether sudo -n works ({sudo})",
+                       "see the node's other rows; then sparkpair doctor again")
+        else:
+            yield (ok("reach.sudo", name, "sudo -n works") if sudo is True else
+                   fail("reach.sudo", name, "sudo asks for a password (setup-network and launch need sudo -n)",
+                        f"echo '{cluster.user} ALL=(ALL) NOPASSWD:ALL' | sudo tee /etc/sudoers.d/sparkpair"))
     identities = {name: value for name, value in per_node(facts, host.IDENTITY)
                   if not isinstance(value, ProbeFailure)}
     if len(identities) == 2:

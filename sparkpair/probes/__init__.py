@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from sparkpair.errors import last_line
-from sparkpair.transport import NodeConnection, Pair, Shell
+from sparkpair.transport import TIMED_OUT, NodeConnection, Pair, Shell
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -100,6 +100,7 @@ def expanded_path(path: str) -> Shell:
     return Shell('p={}; case "$p" in "~"*) p="$HOME${p#"~"}";; esac; ', path)
 
 
+
 def batch_script(probes: Sequence[Probe[Any]]) -> Shell:
     """One shell script running every probe concurrently, printing delimited results in order.
 
@@ -147,10 +148,25 @@ def judge(probe: Probe[T], code: int, stdout: str, stderr: str) -> T | ProbeFail
 def gather(connection: NodeConnection, probes: Sequence[Probe[Any]], timeout: float | None = 60) -> NodeFacts:
     """Run probes on one node in one round trip; each probe maps to its fact or a ProbeFailure."""
     unique = list(dict.fromkeys(probes))
-    result = connection.run(batch_script(unique), timeout=timeout)
+    script = batch_script(unique)
+    result = connection.run(script, timeout=timeout)
     raw = parse_batch(result.stdout)
-    missing = (result.exit_code or 255, "", result.stderr or "no output")
+    if not raw and result.exit_code not in (0, TIMED_OUT):
+        # Not one probe answered and the round did not time out: its session died before any probe ran
+        # (seen on the simulated pair under load: no output, no exit status). A fact about the transport,
+        # not the node: asked once more before every probe is reported as failed.
+        result = connection.run(script, timeout=timeout)
+        raw = parse_batch(result.stdout)
+    missing = (result.exit_code or 255, "", round_lost(result.exit_code, result.stderr, timeout))
     return NodeFacts({probe: judge(probe, *raw.get(index, missing)) for index, probe in enumerate(unique)})
+
+
+def round_lost(exit_code: int, stderr: str, timeout: float | None) -> str:
+    """Why a probe has no answer of its own: the round did not finish in time, or ended without the
+    probe's record (its last words, else its exit code)."""
+    if exit_code == TIMED_OUT and timeout:
+        return f"the node's probe round did not finish within {timeout:.0f} s"
+    return stderr.strip() or f"the node's probe round ended without this probe's answer (exit {exit_code})"
 
 
 def gather_pair(pair: Pair, probes: Sequence[Probe[Any]]) -> dict[str, NodeFacts]:

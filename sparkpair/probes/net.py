@@ -242,14 +242,21 @@ def parse_hostname(text: str) -> str:
     return text.strip()
 
 
+SSH_PROBE_S = 15
+
+
 def ssh_batch(address: str) -> Probe[str]:
     """Non-interactive SSH from this node to address, host key checked strictly.
 
     curve25519 goes first because OpenSSH 9's default key exchange (sntrup761) costs about 0.1 s
     of CPU on each end, which doubled doctor's probe round; the defaults still follow it.
+    ConnectTimeout bounds only the TCP connect: a peer whose sshd accepts and then hangs (in PAM, say)
+    would hold the whole round, so the login gets SSH_PROBE_S seconds in all.
     """
-    command = Shell("ssh -n -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=yes "
-                    "-o KexAlgorithms=^curve25519-sha256 {} hostname", address)
+    command = Shell(f"timeout {SSH_PROBE_S} ssh -n -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=yes "
+                    "-o KexAlgorithms=^curve25519-sha256 {} hostname || { r=$?; "
+                    f"[ $r -eq 124 ] && echo 'the login did not finish within {SSH_PROBE_S} s' >&2; exit $r; }}",
+                    address)
     return Probe("ssh", (address,), command, parse_hostname)
 
 

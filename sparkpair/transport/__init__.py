@@ -9,7 +9,14 @@ connection parameters (`SshTarget`); imports nothing of sparkpair but `errors` a
 
 from sparkpair.transport.pair import Pair, PairResult
 from sparkpair.transport.shell import PATH_PREFIX, Command, Shell, command_text
-from sparkpair.transport.ssh import CommandResult, NodeConnection, SshTarget, fingerprint, known_hosts_name
+from sparkpair.transport.ssh import (
+    TIMED_OUT,
+    CommandResult,
+    NodeConnection,
+    SshTarget,
+    fingerprint,
+    known_hosts_name,
+)
 
-__all__ = ["PATH_PREFIX", "Command", "CommandResult", "NodeConnection", "Pair", "PairResult", "Shell", "SshTarget",
+__all__ = ["PATH_PREFIX", "TIMED_OUT", "Command", "CommandResult", "NodeConnection", "Pair", "PairResult", "Shell", "SshTarget",
            "command_text", "fingerprint", "known_hosts_name"]

@@ -98,6 +98,7 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         client.get_host_keys().add(hostname, key.get_name(), key)
 
 
+TIMED_OUT = 124  # the exit code of a command that outlived its timeout (as coreutils' timeout says it)
 EARLY_FAILURE_KEPT_S = 2.0  # an early connect's error older than this is not reported: the first use retries
 
 
@@ -227,7 +228,7 @@ class NodeConnection:
         code = self._execute(text, timeout, stdin, out.extend, err.extend)
         stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
         if code is None:
-            return CommandResult(self.name, text, 124, stdout, f"timed out after {timeout} s")
+            return CommandResult(self.name, text, TIMED_OUT, stdout, f"timed out after {timeout} s")
         return CommandResult(self.name, text, code, stdout, stderr)
 
     def stream(self, command: Command, on_line: Callable[[str], None], *, timeout: float | None = None) -> int:
@@ -240,7 +241,7 @@ class NodeConnection:
         code = self._execute(text, timeout, None, out.feed, err.feed)
         out.flush()
         err.flush()
-        return 124 if code is None else code
+        return TIMED_OUT if code is None else code
 
     def check(self, command: Command, *, sudo: bool = False, timeout: float | None = None) -> str:
         """Run a command that must succeed; return its stdout."""

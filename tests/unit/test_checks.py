@@ -310,6 +310,16 @@ def test_an_unreachable_node_skips_its_rows_while_the_other_is_checked() -> None
     assert all(f.status is Status.OK for f in findings if f.node == "spark-a")
 
 
+def test_a_sudo_question_without_an_answer_is_not_called_a_password_prompt() -> None:
+    facts = healthy()
+    lost = ProbeFailure("sudo", -1, "the node's probe round ended without this probe's answer (exit -1)")
+    set_fact("spark-b", host.SUDO, lost)(facts)
+    [row] = rows(checked(facts), "reach.sudo", "spark-b")
+    assert row.status is Status.FAIL
+    assert "could not ask whether sudo -n works" in row.detail and "exit -1" in row.detail
+    assert "password" not in row.detail and "NOPASSWD" not in row.fix
+
+
 def test_twins_in_one_subnet_warn_with_why() -> None:
     one_subnet = read_inventory(ROOT / "tests" / "fixtures" / "inventory" / "one-subnet.yaml")
     finding = rows(checked(healthy(one_subnet)), "inventory.twin-subnets", "spark-a")[0]

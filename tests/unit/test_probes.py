@@ -8,9 +8,9 @@ import re
 import subprocess
 from pathlib import Path
 
-from sparkpair.probes import Probe, ProbeFailure, batch_script, docker, host, models, net, parse_batch
+from sparkpair.probes import Probe, ProbeFailure, batch_script, docker, gather, host, models, net, parse_batch, round_lost
 from sparkpair.probes import judge as probes_judge
-from sparkpair.transport import Shell
+from sparkpair.transport import TIMED_OUT, CommandResult, Shell
 
 CAPTURED = Path(__file__).parent.parent / "fixtures" / "probes"
 GIB_KB = 1024 * 1024
@@ -250,3 +250,65 @@ def test_known_host_pins_from_ssh_keygen(tmp_path: Path) -> None:
         probe = net.known_host(address)
         run = subprocess.run(["sh", "-c", probe.command.text], capture_output=True, text=True, env=env)
         assert run.returncode in probe.ok_codes and probe.parse(run.stdout) == expected
+
+
+class _ScriptedNode:
+    """A node connection whose rounds answer from a script: each run takes the next reply; a reply of None
+    runs the batch with the local sh, as a node would."""
+
+    name = "spark-a"
+
+    def __init__(self, *replies: CommandResult | None) -> None:
+        self.replies, self.calls = list(replies), 0
+
+    def run(self, command: Shell, timeout: float | None = None) -> CommandResult:
+        self.calls += 1
+        reply = self.replies.pop(0)
+        if reply is not None:
+            return reply
+        done = subprocess.run(["sh", "-c", command.text], capture_output=True, text=True, timeout=5)
+        return CommandResult(self.name, command.text, done.returncode, done.stdout, done.stderr)
+
+
+ECHO = Probe("echo", (), Shell("echo {}", "here"), str)
+FAILING = Probe("failing", (), Shell("echo broken >&2; exit 3"), str)
+
+
+def test_a_round_whose_session_died_before_any_probe_is_asked_once_more() -> None:
+    node = _ScriptedNode(CommandResult("spark-a", "", -1, "", ""), None)
+    facts = gather(node, [ECHO, FAILING], timeout=60)  # type: ignore[arg-type]
+    assert node.calls == 2
+    assert facts[ECHO] == "here\n"
+    assert str(facts[FAILING]) == "failing: broken"
+
+
+def test_a_round_lost_twice_says_so_instead_of_blaming_each_probe() -> None:
+    died = CommandResult("spark-a", "", -1, "", "")
+    node = _ScriptedNode(died, died)
+    facts = gather(node, [ECHO], timeout=60)  # type: ignore[arg-type]
+    assert node.calls == 2
+    assert str(facts[ECHO]) == "echo: the node's probe round ended without this probe's answer (exit -1)"
+
+
+def test_a_round_that_timed_out_is_not_asked_again_and_says_it_timed_out() -> None:
+    node = _ScriptedNode(CommandResult("spark-a", "", TIMED_OUT, "", "timed out after 60 s"))
+    facts = gather(node, [ECHO, FAILING], timeout=60)  # type: ignore[arg-type]
+    assert node.calls == 1
+    assert str(facts[ECHO]) == "echo: the node's probe round did not finish within 60 s"
+    assert round_lost(TIMED_OUT, "", None) == "the node's probe round ended without this probe's answer (exit 124)"
+
+
+def test_the_ssh_trust_probe_is_bounded_and_says_when_the_login_hung(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text("#!/bin/sh\nexec sleep 30\n")  # a peer whose sshd accepts, then hangs
+    (bin_dir / "ssh").chmod(0o755)
+    # coreutils timeout, but after 0.3 s instead of SSH_PROBE_S
+    (bin_dir / "timeout").write_text('#!/bin/sh\nshift\n"$@" & pid=$!\nsleep 0.3\nkill $pid\nexit 124\n')
+    (bin_dir / "timeout").chmod(0o755)
+    probe = net.ssh_batch("198.18.99.2")
+    assert probe.command.text.startswith(f"timeout {net.SSH_PROBE_S} ssh ")
+    done = subprocess.run(["sh", "-c", probe.command.text], capture_output=True, text=True, timeout=10,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert done.returncode == TIMED_OUT
+    assert done.stderr.strip() == f"the login did not finish within {net.SSH_PROBE_S} s"
