@@ -21,3 +21,23 @@ def test_bytes_that_are_not_utf8_become_replacement_characters_not_an_error() ->
     sink = ssh._LineSink(lines.append)
     sink.feed(b"bad \xff\xfe bytes\n")
     assert lines == ["bad \ufffd\ufffd bytes"]
+
+
+def test_a_port_nobody_listens_on_is_said_as_refused_naming_the_node(tmp_path) -> None:
+    import socket
+
+    import pytest
+
+    from sparkpair.errors import ConnectError
+    from sparkpair.transport import NodeConnection, SshTarget
+
+    key = tmp_path / "id_ed25519"
+    key.write_text("not read: the TCP connect fails first\n")
+    with socket.socket() as probe:  # a loopback port that was free a moment ago and has no listener now
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    connection = NodeConnection(SshTarget("spark-b", "127.0.0.1", port, "nvidia", key, tmp_path / "known_hosts"))
+    with pytest.raises(ConnectError) as raised:
+        connection.connect(timeout=5)
+    assert raised.value.node == "spark-b"
+    assert f"nvidia@127.0.0.1:{port} refused the connection; is sshd running?" in str(raised.value)
