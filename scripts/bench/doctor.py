@@ -73,13 +73,15 @@ def main() -> int:
         runs["doctor"].append(timed(lambda: doctor(args.inventory, args.profile, inside)))
         if index < args.naive_runs:
             runs["naive"].append(timed(lambda: naive(inventory, profile)))
+    runs = {name: times for name, times in runs.items() if times}  # --naive-runs 0: no naive figure
     medians = {name: statistics.median(times) for name, times in runs.items()}
     for name, times in runs.items():
         print(f"{name:7s} median {medians[name]:6.2f} s   runs: {' '.join(f'{t:.2f}' for t in times)}")
     print(f"doctor's own elapsed_s median {statistics.median(inside):.2f} s (the rest is Python start-up and imports)")
     print(f"naive = {probes} SSH connections, one per probe")
     print(f"doctor / floor = {medians['doctor'] / medians['floor']:.1f}x (aim: at most 2.5x)")
-    print(f"naive / doctor = {medians['naive'] / medians['doctor']:.1f}x")
+    if "naive" in medians:
+        print(f"naive / doctor = {medians['naive'] / medians['doctor']:.1f}x")
     return 0
 
 
