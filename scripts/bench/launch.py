@@ -54,7 +54,7 @@ def main() -> None:
             result = sparkpair(path, "launch")
             total = time.perf_counter() - start
             if result.returncode != 0:
-                sys.exit(f"launch failed:\n{result.stderr}")
+                sys.exit(f"launch failed:\n{result.stdout}{result.stderr}")
             totals.append(total)
             overheads.append(total - LOAD_SECONDS)
             sparkpair(path, "stop")
