@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,6 +68,31 @@ def test_unknown_command_and_option_are_usage_errors() -> None:
 def test_version() -> None:
     result = subprocess.run([sys.executable, "-m", "sparkpair", "--version"], capture_output=True, text=True)
     assert result.returncode == 0 and result.stdout.startswith("sparkpair, version ")
+
+
+def test_the_process_ends_with_main_s_status_and_all_of_its_output(example_inventory_path: Path) -> None:
+    """run() ends the process itself (no interpreter finalization): what was written still arrives whole,
+    through a pipe, with the status main returned (0, 1, 2 alike)."""
+    shown = subprocess.run([sys.executable, "-m", "sparkpair", "-i", str(example_inventory_path), "inventory",
+                            "show", "--json"], capture_output=True, text=True)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["nodes"], shown.stderr
+    bad = subprocess.run([sys.executable, "-m", "sparkpair", "-i", "/nonexistent/inventory.yaml", "doctor"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("or set SPARKPAIR_INVENTORY"), bad.stderr
+
+
+def test_a_reader_that_left_gets_no_traceback() -> None:
+    """`sparkpair inventory schema | true`: stdout is a pipe nobody reads any more; the exit is quiet, with
+    click's status for a broken pipe (1), also now that run() flushes and ends the process itself."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # closed before the first write: every write to the pipe fails (EPIPE)
+    try:
+        result = subprocess.run([sys.executable, "-m", "sparkpair", "inventory", "schema"], stdout=write_end,
+                                stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
+    assert result.returncode == 1
 
 
 def test_help_imports_no_transport_library() -> None:
