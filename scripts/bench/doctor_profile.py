@@ -35,7 +35,7 @@ def timeline(connection: object, probes: list, timeout: float = 60.0) -> list[tu
     for probe in probes:
         stamped = Shell.compose([Shell("sp_t0=$(date +%s%N)"), probe.command,
                                  Shell('r=$?; printf "\\n@@%s %s\\n" "$sp_t0" "$(date +%s%N)"; exit $r')], "; ")
-        timed.append(Probe(probe.kind, probe.args, stamped, str, probe.sudo, probe.ok_codes))
+        timed.append(Probe(probe.kind, probe.args, stamped, str, probe.sudo, probe.ok_codes, probe.waits))
     script = Shell.compose([Shell("printf '@@0 %s\\n' \"$(date +%s%N)\""), batch_script(timed)], "; ")
     result = connection.run(script, timeout=timeout)  # type: ignore[attr-defined]
     base = int(result.stdout.split("\n", 1)[0].split()[-1])

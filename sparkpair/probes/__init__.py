@@ -36,6 +36,7 @@ class Probe(Generic[T_co]):
     parse: Callable[[str], T_co] = field(compare=False)
     sudo: bool = field(default=False, compare=False)
     ok_codes: tuple[int, ...] = field(default=(0,), compare=False)
+    waits: bool = field(default=False, compare=False)  # mostly waits on the network (a login, pings): see batch_script
 
     @property
     def label(self) -> str:
@@ -106,10 +107,22 @@ def batch_script(probes: Sequence[Probe[Any]]) -> Shell:
 
     The framing uses shell builtins and a single `cat`: a fork per probe for the framing alone
     cost a busy node about 0.15 s per round (doctor runs 26 probes per node).
+
+    The probes that mostly wait on the network (`waits`: the login to the peer, the pings) start
+    first; then the batch's shell lowers its own priority (`renice -n 10`), so every probe started
+    after them runs at nice 10. On a node whose CPUs are busy (the round's own probes, or a serving
+    engine) a waiting probe then gets the CPU the moment its answer arrives instead of queueing
+    behind the heavy ones, and the round no longer ends with the login's tail: doctor took 0.80 s
+    instead of 0.70 s on the simulated pair. With idle cores (a real Spark's 20) nothing changes.
     """
     parts = [Shell("d=$(mktemp -d) || exit 97; trap 'rm -rf \"$d\"' EXIT; "
                    "printf '\\037' >\"$d/S\"; printf '\\035' >\"$d/E\"")]
-    for index, probe in enumerate(probes):
+    waiting = [index for index, probe in enumerate(probes) if probe.waits]
+    rest = [index for index, probe in enumerate(probes) if not probe.waits]
+    for index in [*waiting, *rest]:
+        if waiting and rest and index == rest[0]:
+            parts.append(Shell("renice -n 10 -p $$ >/dev/null 2>&1"))
+        probe = probes[index]
         command = Shell("sudo -n sh -c {}", probe.command.text) if probe.sudo else probe.command
         parts.append(Shell.compose([
             Shell("( "), command, Shell(f' ) >"$d/{index}.o" 2>"$d/{index}.e" </dev/null & p{index}=$!'),

@@ -242,7 +242,7 @@ def hub(endpoint: str, repo: str) -> Probe[HubReach]:
     curl, not a Python client: a Python start costs a busy node about 60 ms of CPU per doctor round."""
     url = f"{endpoint.rstrip('/')}/api/models/{repo}"
     command = Shell("curl -sS -o /dev/null --max-time 5 -w 'http %{http_code}\\n' {} 2>&1 || echo \"exit $?\"", url)
-    return Probe("hub", (endpoint, repo), command, parse_hub)
+    return Probe("hub", (endpoint, repo), command, parse_hub, waits=True)
 
 
 @dataclass(frozen=True)

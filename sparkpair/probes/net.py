@@ -234,7 +234,7 @@ def ping(interface: str, address: str, size: int | None = None) -> Probe[PingRes
         command = Shell("ping -n -c 3 -i 0.05 -W 1 -I {} {}", interface, address)
     else:
         command = Shell("ping -n -M do -s {} -c 3 -i 0.05 -W 1 -I {} {}", size, interface, address)
-    return Probe("ping", (interface, address, size), command, parse_ping, ok_codes=(0, 1))
+    return Probe("ping", (interface, address, size), command, parse_ping, ok_codes=(0, 1), waits=True)
 
 
 def parse_hostname(text: str) -> str:
@@ -257,7 +257,7 @@ def ssh_batch(address: str) -> Probe[str]:
                     "-o KexAlgorithms=^curve25519-sha256 {} hostname || { r=$?; "
                     f"[ $r -eq 124 ] && echo 'the login did not finish within {SSH_PROBE_S} s' >&2; exit $r; }}",
                     address)
-    return Probe("ssh", (address,), command, parse_hostname)
+    return Probe("ssh", (address,), command, parse_hostname, waits=True)
 
 
 
@@ -290,4 +290,5 @@ def crossing(links: dict[str, str]) -> Probe[dict[tuple[str, str], str]]:
     """
     pings = Shell.compose([Shell("ping -n -c 1 -W 1 -I {} {} >/dev/null 2>&1", twin, address)
                            for twin, address in links.items()])
-    return Probe("crossing", tuple(sorted(links.items())), Shell.compose([pings, NEIGHBORS.command]), parse_neighbors)
+    return Probe("crossing", tuple(sorted(links.items())), Shell.compose([pings, NEIGHBORS.command]), parse_neighbors,
+                 waits=True)

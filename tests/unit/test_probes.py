@@ -201,6 +201,25 @@ def test_batch_runs_probes_concurrently_and_keeps_failures(tmp_path: Path) -> No
     assert str(ProbeFailure("sleep-b", 4, "oops\n")) == "sleep-b: oops"
 
 
+def test_waiting_probes_start_first_at_normal_priority_and_the_rest_at_nice_10() -> None:
+    """Each probe reports the niceness it runs at (field 19 of /proc/self/stat, read by the probe's own
+    process): the waiting ones keep the batch's, the others run 10 lower; answers keep their order."""
+    niceness = Shell("read -r line </proc/self/stat; set -- ${line##*) }; shift 16; echo $1")
+    probes = [Probe("heavy", (1,), niceness, str), Probe("login", (), niceness, str, waits=True),
+              Probe("heavy", (2,), niceness, str), Probe("ping", (), niceness, str, waits=True)]
+    script = batch_script(probes).text
+    assert script.index("renice -n 10") > script.index('"$d/3.o"') and script.index("renice -n 10") < script.index(
+        '"$d/0.o"')
+    own = int(subprocess.run(["sh", "-c", niceness.text], capture_output=True, text=True).stdout)
+    raw = parse_batch(subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=10).stdout)
+    assert {index: int(raw[index][1]) for index in raw} == {0: min(own + 10, 19), 1: own, 2: min(own + 10, 19), 3: own}
+
+
+def test_a_batch_of_one_kind_is_not_reniced() -> None:
+    assert "renice" not in batch_script([Probe("ping", (), Shell("true"), str, waits=True)]).text
+    assert "renice" not in batch_script([Probe("identity", (), Shell("true"), str)]).text
+
+
 def test_docker_engine_api_answers_of_a_real_engine() -> None:
     info = docker.DOCKER_INFO.parse(captured("docker-api-info.txt"))
     assert info.server_version.startswith("20.10") and {"nvidia", "runc"} <= info.runtimes
