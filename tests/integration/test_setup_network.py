@@ -14,7 +14,7 @@ from conftest import has_netplan, run_sparkpair, with_forged_host_key
 from sparkpair import paths
 from sparkpair.inventory import read_inventory
 from sparkpair.network import watchdog
-from sparkpair.transport import NodeConnection, Shell, SshTarget
+from sparkpair.transport import NodeConnection, Shell, SshTarget, ssh
 
 NETPLAN = "/etc/netplan/40-sparkpair-cx7.yaml"
 NODES = ("spark-a", "spark-b")
@@ -304,13 +304,15 @@ def _connection(bed, name: str) -> NodeConnection:
 
 
 def test_the_connection_sends_small_packets_at_once(testbed) -> None:
-    """Nagle is off on sparkpair's SSH socket: with it on, every command waited for a delayed ACK
-    (about 45 ms a command instead of one round trip)."""
+    """Nagle is off on sparkpair's SSH socket, and it acknowledges at once: with Nagle on, every command
+    waited for a delayed ACK (about 45 ms a command instead of one round trip); with delayed ACKs, the
+    first command of every connection did."""
     connection = _connection(testbed, "spark-a")
     try:
         assert connection.check(Shell("hostname")).strip() == "spark-a"
         sock = connection.client().get_transport().sock
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        assert isinstance(sock, ssh._QuickAckSocket)  # acknowledges at once (the unit tests show how)
     finally:
         connection.close()
 

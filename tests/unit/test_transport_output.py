@@ -41,3 +41,25 @@ def test_a_port_nobody_listens_on_is_said_as_refused_naming_the_node(tmp_path) -
         connection.connect(timeout=5)
     assert raised.value.node == "spark-b"
     assert f"nvidia@127.0.0.1:{port} refused the connection; is sshd running?" in str(raised.value)
+
+
+def test_quick_acks_are_asked_again_before_every_read() -> None:
+    """The kernel clears TCP_QUICKACK by itself: the socket sparkpair hands paramiko sets it before each recv."""
+    import socket
+
+    asked: list[tuple[int, int, int]] = []
+
+    class Recording(ssh._QuickAckSocket):
+        def setsockopt(self, *args) -> None:  # type: ignore[no-untyped-def, override]
+            asked.append(args)
+            super().setsockopt(*args)
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        plain = socket.create_connection(server.getsockname())
+        sock = Recording(plain.family, plain.type, plain.proto, fileno=plain.detach())
+        peer, _ = server.accept()
+        with sock, peer:
+            for chunk in (b"hostkeys", b"open-confirmation"):
+                peer.sendall(chunk)
+                assert sock.recv(64) == chunk
+    assert asked == [(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)] * 2
