@@ -81,6 +81,15 @@ def test_the_process_ends_with_main_s_status_and_all_of_its_output(example_inven
     assert bad.returncode == 2 and bad.stderr.strip().endswith("or set SPARKPAIR_INVENTORY"), bad.stderr
 
 
+def test_a_profiler_still_gets_its_normal_exit(tmp_path: Path) -> None:
+    """run() leaves the exit to the interpreter while a profiler watches, so cProfile writes its file."""
+    out = tmp_path / "sparkpair.prof"
+    result = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(out), "-m", "sparkpair", "--version"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.startswith("sparkpair, version "), result.stderr
+    assert out.stat().st_size > 0
+
+
 def test_a_reader_that_left_gets_no_traceback() -> None:
     """`sparkpair inventory schema | true`: stdout is a pipe nobody reads any more; the exit is quiet, with
     click's status for a broken pipe (1), also now that run() flushes and ends the process itself."""
