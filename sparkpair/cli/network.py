@@ -25,21 +25,25 @@ from sparkpair.cli.options import Seconds
 def setup_network_cmd(app: App, dry_run: bool, yes: bool, restore: bool, last: bool, skip_ssh: bool, replace: bool,
                       confirm_timeout: float, accept_new_host_keys: bool) -> int:
     """Address the QSFP twins with netplan (MTU included), exchange SSH keys, verify both ways."""
-    from sparkpair import report
-    from sparkpair.network import flow
-
     if restore and dry_run:
         raise click.UsageError("--restore changes both nodes; it cannot be combined with --dry-run")
     if last and not restore:
         raise click.UsageError("--last goes with --restore (undo only the last apply)")
     inventory = app.inventory
-    with app.pair(accept_new_host_keys=accept_new_host_keys) as pair:
+    connecting = app.pair(accept_new_host_keys=accept_new_host_keys)  # the handshakes overlap what follows
+
+    from sparkpair import report
+    from sparkpair.network import flow
+    from sparkpair.network.plan import wanted_netplan
+
+    wanted = None if restore else wanted_netplan(inventory)
+    with connecting as pair:
         pair.connect()
         with app.locked(pair, "setup-network", dry_run):
             if restore:
                 return 0 if flow.restore(pair, inventory, report.event, last=last) else 1
             options = flow.SetupOptions(skip_ssh=skip_ssh, replace=replace, confirm_timeout=confirm_timeout)
-            plan = flow.plan_setup(pair, inventory, options)
+            plan = flow.plan_setup(pair, inventory, options, wanted)
             for text in plan.warnings:
                 report.warning(text)
             report.plan(plan.changes, plan.refusals)

@@ -10,6 +10,8 @@ goes to a callback; the caller gets a `SetupResult`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from sparkpair import apply
 from sparkpair.errors import Interrupted, SparkpairError
 from sparkpair.inventory import Inventory
@@ -26,13 +28,15 @@ __all__ = ["SetupOptions", "SetupPlan", "SetupResult", "apply_setup", "plan_setu
 RESTORE = "sparkpair setup-network --restore --last"
 
 
-def plan_setup(pair: Pair, inventory: Inventory, options: SetupOptions) -> SetupPlan:
-    """Probe both nodes (one round trip each) and plan the network and trust changes; changes nothing."""
+def plan_setup(pair: Pair, inventory: Inventory, options: SetupOptions,
+               wanted: Mapping[str, str] | None = None) -> SetupPlan:
+    """Probe both nodes (one round trip each) and plan the network and trust changes; changes nothing.
+    wanted: the netplan files already rendered (`plan.wanted_netplan`), else they are rendered here."""
     try:
         facts, current = netplan.probe_nodes(pair, [] if options.skip_ssh else [ssh.SSH_FILES],
                                              verify.state_probes(inventory, with_trust=not options.skip_ssh))
-        plan = SetupPlan(facts, netplan.plan_network(inventory, facts, options.replace), skip_ssh=options.skip_ssh,
-                         current=current)
+        plan = SetupPlan(facts, netplan.plan_network(inventory, facts, options.replace, wanted),
+                         skip_ssh=options.skip_ssh, current=current)
         if options.skip_ssh:
             return plan
         files = trust.ssh_files(facts)

@@ -54,8 +54,17 @@ def probe_nodes(pair: Pair, extra: Sequence[probes.Probe[Any]] = (),
     return planning, others
 
 
-def plan_network(inventory: Inventory, facts: Mapping[str, NodeFacts], replace: bool = False) -> NetworkPlan:
-    """Changes that make both nodes' QSFP twins match the inventory; refusals when unsafe."""
+def wanted_netplan(inventory: Inventory) -> dict[str, str]:
+    """Node name -> the netplan file the inventory asks for (rendered; setup-network renders it while the
+    connections open, before the probe round's answers are in)."""
+    return {node.name: render.netplan_file(inventory, node, "the inventory").content for node in inventory.nodes}
+
+
+def plan_network(inventory: Inventory, facts: Mapping[str, NodeFacts], replace: bool = False,
+                 wanted: Mapping[str, str] | None = None) -> NetworkPlan:
+    """Changes that make both nodes' QSFP twins match the inventory (wanted: `wanted_netplan`, rendered
+    here when not given); refusals when unsafe."""
+    wanted = wanted_netplan(inventory) if wanted is None else wanted
     plan = NetworkPlan()
     for node in inventory.nodes:
         node_facts = facts[node.name]
@@ -68,7 +77,7 @@ def plan_network(inventory: Inventory, facts: Mapping[str, NodeFacts], replace: 
         plan.lockouts += found.refusals
         plan.warnings += found.warnings
         if not refusals and not found.refusals:
-            plan.changes += _node_changes(inventory, node, node_facts)
+            plan.changes += _node_changes(inventory, node, node_facts, wanted[node.name])
     return plan
 
 
@@ -101,8 +110,7 @@ def _refusals(inventory: Inventory, node: Node, facts: NodeFacts, replace: bool)
     return problems
 
 
-def _node_changes(inventory: Inventory, node: Node, facts: NodeFacts) -> list[apply.Change]:
-    wanted = render.netplan_file(inventory, node, "the inventory").content
+def _node_changes(inventory: Inventory, node: Node, facts: NodeFacts, wanted: str) -> list[apply.Change]:
     files = facts[net.NETPLAN_FILES]
     current = files.get(NETPLAN_PATH)
     changes = [c for c in _takeovers(node, files) if c]

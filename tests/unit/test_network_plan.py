@@ -73,6 +73,16 @@ def test_configured_pair_needs_nothing() -> None:
     assert netplan.plan_network(SIM, _facts(configured=True)).changes == []
 
 
+def test_netplan_rendered_ahead_is_the_one_planned() -> None:
+    """setup-network renders the wanted files while it connects and hands them in: the plan is the same."""
+    wanted = netplan.wanted_netplan(SIM)
+    assert netplan.plan_network(SIM, _facts(configured=True), wanted=wanted).changes == []
+    assert [c.diff for c in netplan.plan_network(SIM, _facts(), wanted=wanted).changes] == \
+        [c.diff for c in netplan.plan_network(SIM, _facts()).changes]
+    changed = {**wanted, "spark-b": wanted["spark-b"] + "# handed in\n"}
+    assert "+# handed in" in netplan.plan_network(SIM, _facts(configured=True), wanted=changed).changes[0].diff
+
+
 def test_live_drift_alone_plans_a_reapply_with_the_reason() -> None:
     facts = _facts(configured=True)
     facts["spark-b"][net.INTERFACES] = _interfaces("spark-b", True, mtu=1500)
