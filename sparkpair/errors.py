@@ -58,6 +58,10 @@ class ConnectError(SparkpairError):
     """A node could not be reached over SSH (or its Docker engine over SSH)."""
 
 
+class ConnectionLost(ConnectError):
+    """An open SSH connection ended under a command (the node's sshd closed it, or the network went)."""
+
+
 class RemoteCommandError(SparkpairError):
     """A command on a node exited non-zero where success was required."""
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMappin
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from sparkpair.errors import last_line
+from sparkpair.errors import ConnectionLost, last_line
 from sparkpair.transport import TIMED_OUT, NodeConnection, Pair, Shell
 
 T = TypeVar("T")
@@ -162,7 +162,13 @@ def gather(connection: NodeConnection, probes: Sequence[Probe[Any]], timeout: fl
     """Run probes on one node in one round trip; each probe maps to its fact or a ProbeFailure."""
     unique = list(dict.fromkeys(probes))
     script = batch_script(unique)
-    result = connection.run(script, timeout=timeout)
+    try:
+        result = connection.run(script, timeout=timeout)
+    except ConnectionLost:
+        # The connection was open and ended under the round (seen on the simulated pair: the node's sshd
+        # closed a fresh connection while its first channels opened). A fact about the transport: asked
+        # once more on a new connection; a node that drops it again is reported unreachable.
+        result = connection.run(script, timeout=timeout)
     raw = parse_batch(result.stdout)
     if not raw and result.exit_code not in (0, TIMED_OUT):
         # Not one probe answered and the round did not time out: its session died before any probe ran

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkpair.errors import ConnectError, RemoteCommandError
+from sparkpair.errors import ConnectError, ConnectionLost, RemoteCommandError
 from sparkpair.paths import UPLOAD_PREFIX, under_home
 from sparkpair.transport.shell import PATH_PREFIX, Command, Shell, command_text
 
@@ -185,7 +185,7 @@ class NodeConnection:
                 channel.sendall(stdin.encode())
             channel.shutdown_write()
         except (OSError, EOFError, paramiko.SSHException) as error:
-            raise ConnectError(f"connection lost while running `{text}`: {error}", node=self.name) from None
+            raise ConnectionLost(f"connection lost while running `{text}`: {error}", node=self.name) from None
         reader = threading.Thread(target=_drain, args=(channel, on_err), daemon=True)
         reader.start()
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -209,7 +209,7 @@ class NodeConnection:
             reader.join(5)
             return channel.recv_exit_status()
         except (OSError, EOFError, paramiko.SSHException) as error:
-            raise ConnectError(f"connection lost while running `{text}`: {error}", node=self.name) from None
+            raise ConnectionLost(f"connection lost while running `{text}`: {error}", node=self.name) from None
         finally:
             channel.close()
 

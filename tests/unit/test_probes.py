@@ -8,6 +8,9 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
+from sparkpair.errors import ConnectError, ConnectionLost
 from sparkpair.probes import Probe, ProbeFailure, batch_script, docker, gather, host, models, net, parse_batch, round_lost
 from sparkpair.probes import judge as probes_judge
 from sparkpair.transport import TIMED_OUT, CommandResult, Shell
@@ -277,12 +280,14 @@ class _ScriptedNode:
 
     name = "spark-a"
 
-    def __init__(self, *replies: CommandResult | None) -> None:
+    def __init__(self, *replies: CommandResult | Exception | None) -> None:
         self.replies, self.calls = list(replies), 0
 
     def run(self, command: Shell, timeout: float | None = None) -> CommandResult:
         self.calls += 1
         reply = self.replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
         if reply is not None:
             return reply
         done = subprocess.run(["sh", "-c", command.text], capture_output=True, text=True, timeout=5)
@@ -291,6 +296,17 @@ class _ScriptedNode:
 
 ECHO = Probe("echo", (), Shell("echo {}", "here"), str)
 FAILING = Probe("failing", (), Shell("echo broken >&2; exit 3"), str)
+
+
+def test_a_round_whose_connection_ended_under_it_is_asked_once_more_on_a_new_one() -> None:
+    lost = ConnectionLost("connection lost while running `...`: Unable to open channel.", node="spark-a")
+    node = _ScriptedNode(lost, None)
+    facts = gather(node, [ECHO], timeout=60)  # type: ignore[arg-type]
+    assert node.calls == 2 and facts[ECHO] == "here\n"
+    with pytest.raises(ConnectionLost):  # dropped twice: the node's problem, said by reach.ssh
+        gather(_ScriptedNode(lost, lost), [ECHO], timeout=60)  # type: ignore[arg-type]
+    with pytest.raises(ConnectError):  # never connected: not asked twice (that would double the wait)
+        gather(_ScriptedNode(ConnectError("no answer from nvidia@198.18.0.12:22 (timed out)"), None), [ECHO])  # type: ignore[arg-type]
 
 
 def test_a_round_whose_session_died_before_any_probe_is_asked_once_more() -> None:
