@@ -17,10 +17,9 @@ from sparkpair.transport import NodeConnection, Pair
 def node_probes(inventory: Inventory, node: Node, profile: str,
                 verify_budget: float = engine.VERIFY_BUDGET_S) -> list[Probe[Any]]:
     """Every probe doctor runs on one node (one round trip): what each check module judges; model files
-    are hashed for at most verify_budget seconds. The probes that mostly wait (the login to the peer, the
-    pings) come first, so they start first: on a real pair the round lasts as long as its slowest probe."""
-    return [*links.trust_probes(inventory, node), *links.link_probes(inventory, node),
-            host.IDENTITY, host.SUDO, host.DGX_RELEASE, host.GPUS, host.MEMINFO,
+    are hashed for at most verify_budget seconds."""
+    return [host.IDENTITY, host.SUDO, host.DGX_RELEASE, host.GPUS, host.MEMINFO,
+            *links.link_probes(inventory, node), *links.trust_probes(inventory, node),
             *engine.engine_probes(inventory, profile, verify_budget)]
 
 

@@ -112,27 +112,31 @@ def batch_script(probes: Sequence[Probe[Any]]) -> Shell:
     first; then the batch's shell lowers its own priority (`renice -n 10`), so every probe started
     after them runs at nice 10. On a node whose CPUs are busy (the round's own probes, or a serving
     engine) a waiting probe then gets the CPU the moment its answer arrives instead of queueing
-    behind the heavy ones, and the round no longer ends with the login's tail: doctor took 0.80 s
-    instead of 0.70 s on the simulated pair. With idle cores (a real Spark's 20) nothing changes.
+    behind the heavy ones, and the round no longer ends with the login's tail: doctor went from
+    0.80 s to 0.70 s on the simulated pair. With idle cores (a real Spark's 20) nothing changes.
     """
     parts = [Shell("d=$(mktemp -d) || exit 97; trap 'rm -rf \"$d\"' EXIT; "
                    "printf '\\037' >\"$d/S\"; printf '\\035' >\"$d/E\"")]
     waiting = [index for index, probe in enumerate(probes) if probe.waits]
     rest = [index for index, probe in enumerate(probes) if not probe.waits]
-    for index in [*waiting, *rest]:
-        if waiting and rest and index == rest[0]:
-            parts.append(Shell("renice -n 10 -p $$ >/dev/null 2>&1"))
-        probe = probes[index]
-        command = Shell("sudo -n sh -c {}", probe.command.text) if probe.sudo else probe.command
-        parts.append(Shell.compose([
-            Shell("( "), command, Shell(f' ) >"$d/{index}.o" 2>"$d/{index}.e" </dev/null & p{index}=$!'),
-        ], ""))
+    starts = [_start(index, probes[index]) for index in waiting]
+    if waiting and rest:
+        starts.append(Shell("renice -n 10 -p $$ >/dev/null 2>&1"))
+    parts += starts + [_start(index, probes[index]) for index in rest]
     frames = []
     for index in range(len(probes)):
         parts.append(Shell(f"wait $p{index}; printf '\\036%s %s\\n' {index} $? >\"$d/{index}.h\""))
         frames.append(f'"$d/{index}.h" "$d/{index}.o" "$d/S" "$d/{index}.e" "$d/E"')
     parts.append(Shell("cat " + " ".join(frames)))
     return Shell.compose(parts, "\n")
+
+
+def _start(index: int, probe: Probe[Any]) -> Shell:
+    """The batch line starting probe number index in the background, its output in "$d/INDEX.o/.e"."""
+    command = Shell("sudo -n sh -c {}", probe.command.text) if probe.sudo else probe.command
+    return Shell.compose([
+        Shell("( "), command, Shell(f' ) >"$d/{index}.o" 2>"$d/{index}.e" </dev/null & p{index}=$!'),
+    ], "")
 
 
 def parse_batch(text: str) -> dict[int, tuple[int, str, str]]:

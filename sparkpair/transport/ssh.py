@@ -431,7 +431,7 @@ def _connect_error(node: SshTarget, error: Exception) -> ConnectError:
     if isinstance(error, (TimeoutError, socket.timeout)):
         return ConnectError(f"no answer from {target} (timed out)", node=node.name,
                             hint="is the node up and on the management network?")
-    if isinstance(error, (ConnectionRefusedError, paramiko.ssh_exception.NoValidConnectionsError)):
+    if isinstance(error, ConnectionRefusedError):  # from _dial (paramiko dials no socket of its own)
         return ConnectError(f"{target} refused the connection; is sshd running?", node=node.name,
                             hint="sudo systemctl start ssh on the node")
     return ConnectError(f"cannot connect to {target}: {type(error).__name__}: {error}", node=node.name)
