@@ -34,7 +34,7 @@ from sparkpair.engine import fabric
 from sparkpair.engine.launch import LaunchOptions, config_changes, launch
 from sparkpair.engine.state import LaunchState, read_state
 from sparkpair.errors import Interrupted, SparkpairError, UsageError
-from sparkpair.inventory import Inventory
+from sparkpair.inventory import Inventory, json_data
 from sparkpair.progress import Event, Progress
 from sparkpair.transport import Pair
 
@@ -205,8 +205,7 @@ def _digest(data: Any) -> str:
 def provenance(inventory: Inventory, options: BenchOptions, found: Serving) -> dict[str, Any]:
     """What ran: inventory (path, digests), profile, image and its ID, model revisions, endpoint."""
     profile = inventory.profile(options.profile)
-    resolved = {"inventory": inventory.model_dump(mode="json"),
-                "profiles": {name: p.model_dump(mode="json") for name, p in inventory.profiles.items()}}
+    resolved = {"inventory": json_data(inventory), "profiles": json_data(inventory.profiles)}
     path = options.inventory_path
     file_sha = hashlib.sha256(path.read_bytes()).hexdigest() if path and path.is_file() else None
     return {"inventory": {"path": str(path) if path else None, "sha256": _digest(resolved), "file_sha256": file_sha},

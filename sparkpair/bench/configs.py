@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkpair.errors import UsageError
-from sparkpair.inventory import Inventory, parse_inventory
+from sparkpair.inventory import Inventory, json_data, parse_inventory
 from sparkpair.inventory.profiles import Profile, deep_merge, profile_sources
 from sparkpair.render import recipe
 
@@ -55,7 +55,7 @@ def variant_inventory(inventory: Inventory, profile_name: str, name: str, change
     spec = deep_merge(profile_sources(inventory.models)[profile_name], changes)
     if not spec.get("draft"):
         spec["llm_api"] = {k: v for k, v in (spec.get("llm_api") or {}).items() if k != "speculative_config"}
-    data = inventory.model_dump(mode="json")
+    data = json_data(inventory)
     data["models"] = {**data["models"], name: spec}
     return parse_inventory(data, f"bench variant {name} of {profile_name}")
 

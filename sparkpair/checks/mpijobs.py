@@ -151,8 +151,7 @@ def start_short_lived(pair: Pair, facts: Facts, nccl_tests: str | None = None) -
     """Start `<name>-doctor` on both nodes: launch's spec, each node with its own environment (its NCCL_IB_HCA
     and GID index) and a private copy of the config. Errors, or ""."""
     inventory = facts.inventory
-    container = inventory.container.model_copy(update={"name": inventory.container.name + SUFFIX})
-    doctor = inventory.model_copy(update={"container": container})
+    doctor = replace(inventory, container=replace(inventory.container, name=inventory.container.name + SUFFIX))
     fabrics = roce.pair_fabric(facts)
     files = {name: render.node_config_files(doctor, facts.profile, fabrics.get(name)) for name in pair.nodes}
     extra = {nccl_tests_dir(nccl_tests): (nccl_tests_dir(nccl_tests), "ro")} if nccl_tests else {}

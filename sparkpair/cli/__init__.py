@@ -14,11 +14,7 @@ from pathlib import Path
 
 import click
 
-# sparkpair uses no pydantic plugins; without this, pydantic scans every installed package's entry points
-# when it builds the inventory's models (~15 ms of every command).
-os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-
-from sparkpair.cli import (  # noqa: E402, F401 (each registers its commands)
+from sparkpair.cli import (  # noqa: F401 (each registers its commands)
     bench,
     bundle,
     diagnose,

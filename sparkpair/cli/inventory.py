@@ -39,10 +39,11 @@ def inventory_show(app: App, as_json: bool) -> None:
     import yaml
 
     from sparkpair import report
+    from sparkpair.inventory import json_data
 
     inv = app.inventory
-    data = inv.model_dump(mode="json")
-    data["models"] = {name: profile.model_dump(mode="json") for name, profile in inv.profiles.items()}
+    data = json_data(inv)
+    data["models"] = json_data(inv.profiles)
     if as_json:
         report.emit_json(data)
     else:
@@ -53,9 +54,9 @@ def inventory_show(app: App, as_json: bool) -> None:
 def inventory_schema() -> None:
     """Print the inventory's JSON Schema (for editors)."""
     from sparkpair import report
-    from sparkpair.inventory import Inventory
+    from sparkpair.inventory import Inventory, record_schema
 
-    report.emit_json(Inventory.model_json_schema())
+    report.emit_json(record_schema(Inventory))
 
 
 @cli.command("render")

@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
 
 from sparkpair.errors import InventoryError
 from sparkpair.inventory import messages
 from sparkpair.inventory.profiles import Profile, profile_sources
 from sparkpair.inventory.schema import Inventory
+from sparkpair.inventory.validation import Invalid, parse
 
 DEFAULT_PATH = "inventory.yaml"
 ENV_VAR = "SPARKPAIR_INVENTORY"
@@ -76,9 +76,9 @@ def load_yaml_mapping(path: Path, max_bytes: int = 256 * 1024) -> dict[str, Any]
 def parse_inventory(data: dict[str, Any], source: str = DEFAULT_PATH) -> Inventory:
     """Validate an already-parsed mapping; problems are reported against source."""
     try:
-        inventory = Inventory.model_validate(data)
-    except ValidationError as error:
-        raise InventoryError(messages.describe(error, source, Inventory)) from None
+        inventory = parse(Inventory, data)
+    except Invalid as error:
+        raise InventoryError(messages.describe(error.problems, source)) from None
     problems = messages.pair_problems(inventory) + messages.env_problems(inventory) + _profile_problems(inventory)
     if problems:
         raise InventoryError([f"{source}: {problem}" for problem in problems])
@@ -90,9 +90,9 @@ def _profile_problems(inventory: Inventory) -> list[str]:
     sources = profile_sources(inventory.models)
     for name, source in sources.items():
         try:
-            Profile.model_validate(source)
-        except ValidationError as error:
-            problems += messages.describe(error, "", Profile, prefix=("models", name))
+            parse(Profile, source)
+        except Invalid as error:
+            problems += messages.describe(error.problems, "", prefix=("models", name))
     if inventory.server.profile not in sources:
         problems.append(f"server.profile: got {inventory.server.profile!r}; expected one of "
                         f"{', '.join(sorted(sources))}")

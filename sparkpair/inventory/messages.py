@@ -9,25 +9,10 @@ import re
 import typing
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from sparkpair.inventory.validation import Location, Problem, shown
 
 if typing.TYPE_CHECKING:
     from sparkpair.inventory.schema import Inventory
-
-_PLAIN_EXPECTATIONS = {
-    "missing": "a value (this field is required)",
-    "string_type": "a string",
-    "int_type": "an integer",
-    "int_parsing": "an integer",
-    "float_type": "a number",
-    "float_parsing": "a number",
-    "bool_type": "true or false",
-    "dict_type": "a mapping",
-    "list_type": "a list",
-    "model_type": "a mapping",
-    "recursion_loop": "a value without cyclic YAML aliases",
-}
-
 
 # Characters that break a line or can disguise one: C0/C1 controls (tab aside), line and
 # paragraph separators, and bidirectional overrides.
@@ -44,8 +29,8 @@ def one_line(text: str) -> str:
     return _UNPRINTABLE.sub(lambda match: repr(match.group())[1:-1], text)
 
 
-def field_path(loc: tuple[int | str, ...]) -> str:
-    """Render a pydantic location as `nodes[1].links.enp1s0f1np1`."""
+def field_path(loc: Location) -> str:
+    """Render a location as `nodes[1].links.enp1s0f1np1`."""
     text = ""
     for part in loc:
         if isinstance(part, int):
@@ -59,67 +44,10 @@ def field_path(loc: tuple[int | str, ...]) -> str:
     return text or "(top level)"
 
 
-def shown(value: Any, limit: int = 60) -> str:
-    """A short, single-line repr of a bad value."""
-    if isinstance(value, (list, dict)):
-        count = len(value)
-        return f"a {type(value).__name__} with {count} {'entry' if count == 1 else 'entries'}"
-    text = repr(value).replace("\n", "\\n")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _fields_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
-    """Names of the fields the model accepts at loc (for 'unknown field' messages)."""
-    current: Any = model
-    for part in loc:
-        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
-            current = _inner_model(current)
-            if isinstance(part, int):
-                continue
-        if not (isinstance(current, type) and issubclass(current, BaseModel)) or part not in current.model_fields:
-            return []
-        current = current.model_fields[part].annotation
-    current = _inner_model(current)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return list(current.model_fields)
-    return []
-
-
-def _inner_model(annotation: Any) -> Any:
-    for arg in typing.get_args(annotation):
-        found = _inner_model(arg) if typing.get_args(arg) else arg
-        if isinstance(found, type) and issubclass(found, BaseModel):
-            return found
-    return annotation
-
-
-def _expectation(error: Any, model: type[BaseModel]) -> str:
-    kind = error["type"]
-    if kind == "value_error":
-        return str(error["msg"]).removeprefix("Value error, ")
-    if kind in _PLAIN_EXPECTATIONS:
-        return _PLAIN_EXPECTATIONS[kind]
-    return str(error["msg"]).replace("Input should be", "").replace("String should", "a string that should").strip()
-
-
-def describe(error: ValidationError, source: str, model: type[BaseModel],
-             prefix: tuple[int | str, ...] = ()) -> list[str]:
-    """One line per schema error: file, field path, bad value, expectation."""
-    lines = []
-    for item in error.errors(include_url=False):
-        loc = prefix + tuple(item["loc"])
-        expected = _expectation(item, model)
-        if item["type"] == "missing":
-            got = "nothing"
-        elif item["type"] == "extra_forbidden":
-            allowed = _fields_at(model, loc[len(prefix):-1])
-            lines.append(f"{source}: {field_path(loc[:-1])}: got unknown field {loc[-1]!r}; expected "
-                         + (f"one of {', '.join(allowed)}" if allowed else "no such field"))
-            continue
-        else:
-            got = shown(item["input"])
-        lines.append(f"{source}: {field_path(loc)}: got {got}; expected {expected}")
-    return lines
+def describe(problems: list[Problem], source: str, prefix: Location = ()) -> list[str]:
+    """One line per problem: file, field path, bad value, expectation."""
+    return [f"{source}: {field_path(prefix + problem.loc)}: got {problem.got}; expected {problem.expected}"
+            for problem in problems]
 
 
 def pair_problems(inventory: Inventory) -> list[str]:

@@ -8,30 +8,31 @@ override any field of a built-in profile (deep merge) or add new profiles.
 from __future__ import annotations
 
 import copy
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from sparkpair.inventory.validation import Anything, Choice, Integer, MappingOf, Number, Optional, Scalar, Text, spec
 
-ModelIdPattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$"
-ScalarValue = bool | int | float | str
+MODEL_ID = Text("a Hugging Face repo id, e.g. nvidia/Qwen3-235B-A22B-FP4",
+                r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+OPTION_NAME = Text("an option name (a string)")
 
 
-class Profile(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class Profile:
     """One servable recipe: target, optional draft, parallelism and engine settings."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    description: str = ""
-    target: str = Field(pattern=ModelIdPattern)
-    draft: str | None = Field(default=None, pattern=ModelIdPattern)
-    decoding_type: Literal["Eagle", "Eagle3", "DraftTarget"] | None = None
-    max_draft_len: int | None = Field(default=None, ge=1, le=16)
-    tp_size: Literal[1, 2] = 2
-    serve_args: dict[str, ScalarValue] = Field(default_factory=dict)
-    llm_api: dict[str, Any] = Field(default_factory=dict)
-    target_gib: float = Field(default=0.0, ge=0)
-    draft_gib: float = Field(default=0.0, ge=0)
-    headroom_gib: float = Field(default=8.0, ge=0)
+    description: str = spec(Text("a string"), "")
+    target: str = spec(MODEL_ID)
+    draft: str | None = spec(Optional(MODEL_ID), None)
+    decoding_type: str | None = spec(Optional(Choice("Eagle", "Eagle3", "DraftTarget")), None)
+    max_draft_len: int | None = spec(Optional(Integer(1, 16, "a draft length")), None)
+    tp_size: int = spec(Choice(1, 2), 2)
+    serve_args: dict[str, bool | int | float | str] = spec(MappingOf(OPTION_NAME, Scalar()), factory=dict)
+    llm_api: dict[str, Any] = spec(MappingOf(OPTION_NAME, Anything()), factory=dict)
+    target_gib: float = spec(Number(0), 0.0)
+    draft_gib: float = spec(Number(0), 0.0)
+    headroom_gib: float = spec(Number(0), 8.0)
 
     @property
     def is_pair(self) -> bool:

@@ -1,7 +1,7 @@
-"""The inventory's schema: the pydantic models of the one file that describes the pair.
+"""The inventory's schema: the records of the one file that describes the pair.
 
-Every field carries its own validator, whose message says what is expected (messages.py turns
-them into one-line errors).
+Every field names its kind (validation.py), whose message says what is expected there
+(messages.py turns problems into one-line errors).
 """
 
 from __future__ import annotations
@@ -9,43 +9,25 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal
-
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    StrictInt,
-    StrictStr,
-)
+from typing import Any
 
 from sparkpair.inventory.profiles import Profile, profile_sources
+from sparkpair.inventory.validation import (
+    Anything,
+    Choice,
+    Integer,
+    ListOf,
+    MappingOf,
+    Nested,
+    Text,
+    parse,
+    spec,
+)
 
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|API_KEY|PASSWD", re.IGNORECASE)
-
-
-def _matching(regex: str, expected: str) -> AfterValidator:
-    compiled = re.compile(regex)
-
-    def check(value: str) -> str:
-        if not compiled.fullmatch(value):
-            raise ValueError(expected)
-        return value
-
-    return AfterValidator(check)
-
-
-def _in_range(low: int, high: int, what: str) -> AfterValidator:
-    def check(value: int) -> int:
-        if not low <= value <= high:
-            raise ValueError(f"{what} from {low} to {high}")
-        return value
-
-    return AfterValidator(check)
 
 
 def _check_host(value: str) -> str:
@@ -66,9 +48,9 @@ def _check_ifname(value: str) -> str:
     return value
 
 
-def _parse_link_address(value: Any) -> ipaddress.IPv4Interface:
+def _parse_link_address(value: str) -> ipaddress.IPv4Interface:
     expected = "an IPv4 address with prefix length, e.g. 192.168.200.13/24"
-    if not isinstance(value, str) or "/" not in value:
+    if "/" not in value:
         raise ValueError(expected)
     try:
         address = ipaddress.IPv4Interface(value)
@@ -80,8 +62,8 @@ def _parse_link_address(value: Any) -> ipaddress.IPv4Interface:
     return address
 
 
-def _expand_operator_path(value: Any) -> Path:
-    if not isinstance(value, str) or not value or "\n" in value or "\0" in value:
+def _expand_operator_path(value: str) -> Path:
+    if not value or "\n" in value or "\0" in value:
         raise ValueError("a file path on this machine, e.g. ~/.ssh/id_ed25519")
     return Path(os.path.expanduser(value))
 
@@ -101,50 +83,46 @@ def _check_env_name(value: str) -> str:
     return value
 
 
-NodeName = Annotated[StrictStr, _matching(r"[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?",
-                                          "a short lowercase name of letters, digits and '-', e.g. spark-a")]
-UserName = Annotated[StrictStr, _matching(r"[a-z_][a-z0-9_-]{0,31}", "a Linux user name, e.g. nvidia")]
-HostName = Annotated[StrictStr, AfterValidator(_check_host)]
-InterfaceName = Annotated[StrictStr, AfterValidator(_check_ifname)]
-LinkAddress = Annotated[ipaddress.IPv4Interface, BeforeValidator(_parse_link_address)]
-Port = Annotated[StrictInt, _in_range(1, 65535, "a TCP port")]
-Mtu = Annotated[StrictInt, _in_range(1280, 9216, "an MTU")]
-OperatorPath = Annotated[Path, BeforeValidator(_expand_operator_path)]
-NodePath = Annotated[StrictStr, _matching(r"(?:~|/)(?:/?(?!\.\.(?:/|$))[A-Za-z0-9._-]+)*/?",
-                                          "an absolute path or one under ~ on the node, e.g. ~/.cache/huggingface")]
-ImageRef = Annotated[StrictStr, _matching(
-    r"(?:[A-Za-z0-9.-]+(?::[0-9]{1,5})?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?",
-    "a container image reference, e.g. nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12")]
-ContainerName = Annotated[StrictStr, _matching(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}",
-                                               "a container name of letters, digits, '_', '.' or '-'")]
-EnvName = Annotated[StrictStr, AfterValidator(_check_env_name)]
-EnvValue = Annotated[StrictStr, AfterValidator(_check_env_value)]
-ProfileName = Annotated[StrictStr, _matching(r"[a-z0-9][a-z0-9._-]{0,47}",
-                                             "a profile name of lowercase letters, digits, '.', '_' or '-'")]
+NODE_NAME = Text("a short lowercase name of letters, digits and '-', e.g. spark-a",
+                 r"[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?")
+USER_NAME = Text("a Linux user name, e.g. nvidia", r"[a-z_][a-z0-9_-]{0,31}")
+HOST_NAME = Text("a DNS name or IP address of the node's management interface, e.g. spark-a.local", check=_check_host)
+INTERFACE_NAME = Text("a Linux interface name: at most 15 letters, digits, '.', '_' or '-'", check=_check_ifname)
+LINK_ADDRESS = Text("an IPv4 address with prefix length, e.g. 192.168.200.13/24", check=_parse_link_address)
+PORT = Integer(1, 65535, "a TCP port")
+MTU = Integer(1280, 9216, "an MTU")
+OPERATOR_PATH = Text("a file path on this machine, e.g. ~/.ssh/id_ed25519", check=_expand_operator_path)
+NODE_PATH = Text("an absolute path or one under ~ on the node, e.g. ~/.cache/huggingface",
+                 r"(?:~|/)(?:/?(?!\.\.(?:/|$))[A-Za-z0-9._-]+)*/?")
+IMAGE_REF = Text("a container image reference, e.g. nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12",
+                 r"(?:[A-Za-z0-9.-]+(?::[0-9]{1,5})?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
+                 r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?")
+CONTAINER_NAME = Text("a container name of letters, digits, '_', '.' or '-'", r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+ENV_NAME = Text("an environment variable name", check=_check_env_name)
+ENV_VALUE = Text("a single-line value", check=_check_env_value)
+PROFILE_NAME = Text("a profile name of lowercase letters, digits, '.', '_' or '-'", r"[a-z0-9][a-z0-9._-]{0,47}")
 
 
-class StrictModel(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Cluster(StrictModel):
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
     """Settings shared by both nodes."""
 
-    name: NodeName = "spark-pair"
-    user: UserName = "nvidia"
-    ssh_key: OperatorPath = Field(default_factory=lambda: _expand_operator_path("~/.ssh/id_ed25519"))
-    known_hosts: OperatorPath = Field(default_factory=lambda: _expand_operator_path("~/.ssh/known_hosts"))
-    mtu: Mtu = 9000
+    name: str = spec(NODE_NAME, "spark-pair")
+    user: str = spec(USER_NAME, "nvidia")
+    ssh_key: Path = spec(OPERATOR_PATH, factory=lambda: _expand_operator_path("~/.ssh/id_ed25519"))
+    known_hosts: Path = spec(OPERATOR_PATH, factory=lambda: _expand_operator_path("~/.ssh/known_hosts"))
+    mtu: int = spec(MTU, 9000)
 
 
-class Node(StrictModel):
+@dataclass(frozen=True, kw_only=True)
+class Node:
     """One Spark: where to reach it, and the QSFP twins of its cabled port."""
 
-    name: NodeName
-    host: HostName
-    port: Port = 22
-    links: dict[InterfaceName, LinkAddress] = Field(min_length=1, max_length=4)
+    name: str = spec(NODE_NAME)
+    host: str = spec(HOST_NAME)
+    port: int = spec(PORT, 22)
+    links: dict[str, ipaddress.IPv4Interface] = spec(MappingOf(INTERFACE_NAME, LINK_ADDRESS, 1, 4,
+                                                                "QSFP interfaces (the twins of the cabled port)"))
 
     @property
     def ssh_names(self) -> list[str]:
@@ -152,22 +130,24 @@ class Node(StrictModel):
         return [str(address.ip) for address in self.links.values()] + [self.name]
 
 
-class Container(StrictModel):
+@dataclass(frozen=True, kw_only=True)
+class Container:
     """The engine container started on both nodes."""
 
-    image: ImageRef = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12"
-    name: ContainerName = "trtllm-multinode"
-    mpi_transport: Literal["exec", "sshd"] = "exec"
-    sshd_port: Port = 2233
-    hf_cache: NodePath = "~/.cache/huggingface"
-    env: dict[EnvName, EnvValue] = Field(default_factory=dict)
+    image: str = spec(IMAGE_REF, "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12")
+    name: str = spec(CONTAINER_NAME, "trtllm-multinode")
+    mpi_transport: str = spec(Choice("exec", "sshd"), "exec")
+    sshd_port: int = spec(PORT, 2233)
+    hf_cache: str = spec(NODE_PATH, "~/.cache/huggingface")
+    env: dict[str, str] = spec(MappingOf(ENV_NAME, ENV_VALUE), factory=dict)
 
 
-class Server(StrictModel):
+@dataclass(frozen=True, kw_only=True)
+class Server:
     """The OpenAI-compatible endpoint on the head node."""
 
-    port: Port = 8355
-    profile: ProfileName = "qwen3-235b"
+    port: int = spec(PORT, 8355)
+    profile: str = spec(PROFILE_NAME, "qwen3-235b")
 
 
 def _exactly_two(nodes: list[Node]) -> list[Node]:
@@ -177,14 +157,16 @@ def _exactly_two(nodes: list[Node]) -> list[Node]:
     return nodes
 
 
-class Inventory(StrictModel):
+@dataclass(frozen=True, kw_only=True)
+class Inventory:
     """The whole file. The first node is the head: mpirun and the HTTP endpoint run there."""
 
-    cluster: Cluster = Field(default_factory=Cluster)
-    nodes: Annotated[list[Node], AfterValidator(_exactly_two)]
-    container: Container = Field(default_factory=Container)
-    server: Server = Field(default_factory=Server)
-    models: dict[ProfileName, dict[StrictStr, Any]] = Field(default_factory=dict)
+    cluster: Cluster = spec(Nested(Cluster), factory=Cluster)
+    nodes: list[Node] = spec(ListOf(Nested(Node), _exactly_two, "the head first, then the worker"))
+    container: Container = spec(Nested(Container), factory=Container)
+    server: Server = spec(Nested(Server), factory=Server)
+    models: dict[str, dict[str, Any]] = spec(MappingOf(PROFILE_NAME, MappingOf(Text("a string"), Anything())),
+                                             factory=dict)
 
     @property
     def head(self) -> Node:
@@ -207,7 +189,7 @@ class Inventory(StrictModel):
     @cached_property
     def profiles(self) -> dict[str, Profile]:
         """Every profile, built-in and inventory-defined, validated."""
-        return {name: Profile.model_validate(src) for name, src in profile_sources(self.models).items()}
+        return {name: parse(Profile, src) for name, src in profile_sources(self.models).items()}
 
     def profile(self, name: str | None = None) -> Profile:
         return self.profiles[name or self.server.profile]

@@ -346,7 +346,7 @@ def test_the_serving_port_held_by_the_running_engine_is_ok_and_memory_is_not_jud
 
 
 def test_the_sshd_port_is_checked_on_both_nodes_for_the_sshd_transport() -> None:
-    sshd = SIM.model_copy(update={"container": SIM.container.model_copy(update={"mpi_transport": "sshd"})})
+    sshd = dataclasses.replace(SIM, container=dataclasses.replace(SIM.container, mpi_transport="sshd"))
     facts = healthy(sshd)
     assert [f.status for f in rows(checked(facts), "ports.sshd")] == [Status.OK, Status.OK]
     facts.nodes["spark-b"][host.LISTENERS] = [Listener("0.0.0.0", 2233, "python3 (pid 9)")]

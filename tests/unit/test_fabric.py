@@ -148,7 +148,7 @@ def test_a_port_down_and_an_unreadable_table_fail() -> None:
     (9000, 9000, "bounce enp1s0f1np1 on spark-b"),
 ])
 def test_roce_mtu_1024_warns_with_the_cause_and_fix(netdev_mtu: int, cluster_mtu: int, words: str) -> None:
-    inventory = SIM.model_copy(update={"cluster": SIM.cluster.model_copy(update={"mtu": cluster_mtu})})
+    inventory = dataclasses.replace(SIM, cluster=dataclasses.replace(SIM.cluster, mtu=cluster_mtu))
     facts = healthy(inventory)
     node = facts.nodes["spark-b"]
     node[net.INTERFACES]["enp1s0f1np1"] = dataclasses.replace(node[net.INTERFACES]["enp1s0f1np1"], mtu=netdev_mtu)
@@ -170,7 +170,7 @@ def test_without_ibv_devinfo_the_mtu_is_a_warning_not_a_guess() -> None:
 
 
 def override(value: str) -> Inventory:
-    return SIM.model_copy(update={"container": SIM.container.model_copy(update={"env": {"NCCL_IB_GID_INDEX": value}})})
+    return dataclasses.replace(SIM, container=dataclasses.replace(SIM.container, env={"NCCL_IB_GID_INDEX": value}))
 
 
 def test_one_inventory_gid_index_for_nodes_that_differ_is_refused_with_the_per_node_values() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,3 +68,12 @@ def test_models_section_overrides_a_builtin_profile(example_inventory_path: Path
     assert qwen.max_draft_len == 4
     assert qwen.llm_api["kv_cache_config"] == {"free_gpu_memory_fraction": 0.8, "enable_block_reuse": False}
     assert inv.profile("tiny").draft is None
+
+
+def test_reading_the_inventory_loads_no_pydantic(example_inventory_path: Path) -> None:
+    """Every command reads the inventory before its first SSH packet: pydantic (still installed, by openai)
+    cost each about 0.12 s of CPU there; the inventory's own validation imports only the standard library."""
+    code = (f"import sys; from sparkpair.inventory import read_inventory; read_inventory({str(example_inventory_path)!r});"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -12,7 +14,7 @@ from mutation import mutate, value_paths
 
 from sparkpair.cli import main
 from sparkpair.errors import InventoryError
-from sparkpair.inventory import parse_inventory
+from sparkpair.inventory import Inventory, parse_inventory, record_schema
 
 EXAMPLE = yaml.safe_load((Path(__file__).parent.parent.parent / "inventory.example.yaml").read_text())
 NASTY = st.sampled_from(["", " ", "; rm -rf /", "$(id)", "`id`", "a'b", 'a"b', "a b", "x\ny", "\x00", "~",
@@ -56,3 +58,30 @@ def test_random_files_through_the_cli_exit_2_without_traceback(tmp_path: Path, c
     assert code in (0, 2)
     if code == 2:
         assert captured.err.startswith("error: ")
+
+
+SCHEMA = jsonschema.Draft202012Validator(record_schema(Inventory))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data(), VALUES, st.booleans())
+def test_the_published_schema_accepts_every_inventory_the_loader_accepts(data: st.DataObject, value: Any,
+                                                                          delete: bool) -> None:
+    """`sparkpair inventory schema` is what editors check the file with: it must never flag a file sparkpair
+    loads (it can say less: cross-node checks such as one subnet per cable are beyond a JSON Schema)."""
+    document = mutate(EXAMPLE, data.draw(st.sampled_from(value_paths(EXAMPLE))), value, delete)
+    try:
+        parse_inventory(document)
+    except InventoryError:
+        return
+    assert not list(SCHEMA.iter_errors(document))
+
+
+def test_the_published_schema_refuses_what_one_field_alone_refuses() -> None:
+    for path, value in [(("cluster", "mtu"), 1), (("container", "imgae"), "x"), (("server", "port"), "80"),
+                        (("container", "mpi_transport"), "ssh"), (("nodes", 0, "links"), {})]:
+        document = mutate(EXAMPLE, path, value, False)
+        with pytest.raises(InventoryError):
+            parse_inventory(document)
+        assert list(SCHEMA.iter_errors(document)), path
+    assert not list(SCHEMA.iter_errors(EXAMPLE))

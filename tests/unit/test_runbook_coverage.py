@@ -9,6 +9,7 @@ check or cause therefore needs its runbook section, and a removed one takes its 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import re
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def emitted_check_ids() -> set[str]:
     """Ids doctor's checks emit over a healthy pair (either MPI transport), an unreachable worker and
     every broken case."""
     sim = test_checks.SIM
-    sshd = sim.model_copy(update={"container": sim.container.model_copy(update={"mpi_transport": "sshd"})})
+    sshd = dataclasses.replace(sim, container=dataclasses.replace(sim.container, mpi_transport="sshd"))
     fact_sets = [test_checks.healthy(), test_checks.healthy(sshd)]
     unreachable = test_checks.healthy()
     test_checks.unreachable(unreachable)
