@@ -55,10 +55,13 @@ class App:
     def pair(self, **options: Any) -> Any:
         """Connections to both nodes, already being opened in the background (a node's error comes with the
         first use of its connection); `-vv` traces every remote command."""
-        from sparkpair import report
         from sparkpair.transport import Pair, SshTarget
 
-        trace = (lambda node, text: report.note(f"{node}$ {text}")) if self.verbose >= 2 else None
+        trace = None
+        if self.verbose >= 2:
+            from sparkpair import report
+
+            trace = lambda node, text: report.note(f"{node}$ {text}")
         cluster = self.inventory.cluster
         targets = [SshTarget(node.name, node.host, node.port, cluster.user, cluster.ssh_key, cluster.known_hosts)
                    for node in self.inventory.nodes]

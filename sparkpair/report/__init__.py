@@ -1,6 +1,9 @@
 """All terminal output: plain lines, tables, diffs and JSON. Nothing else prints.
 
-Data goes to stdout; errors and progress go to stderr, so `--json` output can be piped.
+Data goes to stdout; errors and progress go to stderr, so `--json` output can be piped. Plain
+lines and doctor's findings tables (`table`) are written directly; styled output (errors,
+diffs, status, bench) goes through rich. May import rich, and of sparkpair only `progress` and
+`inventory.messages`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpair.inventory.messages import one_line
 from sparkpair.progress import Event
+from sparkpair.report import table
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -47,14 +51,39 @@ def err() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+_WRITING = threading.Lock()  # progress lines come from several threads
+_CURSOR_MOVES = dict.fromkeys((7, 8, 11, 12, 13))  # what rich's Console drops too: bell, backspace, VT, FF, CR
+
+
+def _write(stream: Any, text: str) -> None:
+    with _WRITING:
+        stream.write(text.translate(_CURSOR_MOVES) + "\n")
+        stream.flush()
+
+
 def line(text: str = "") -> None:
     """A plain line on stdout."""
-    out().print(text, markup=False)
+    _write(sys.stdout, text)
 
 
 def note(text: str) -> None:
     """A progress or status line on stderr."""
-    err().print(text, markup=False)
+    _write(sys.stderr, text)
+
+
+_ANSI = {"green": "32", "yellow": "33", "bold red": "1;31", "dim": "2", "bold": "1", "title": "3", "header": "1"}
+
+
+def _colours(stream: Any) -> bool:
+    """Whether stream gets colour, as rich decides it: FORCE_COLOR, else a terminal that is not dumb and no NO_COLOR."""
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM", "") not in ("dumb", "unknown")
+
+
+def _ansi(text: str, style: str) -> str:
+    code = _ANSI.get(style)
+    return f"\x1b[{code}m{text}\x1b[0m" if code and text else text
 
 
 def error_lines(lines: list[str]) -> None:
@@ -215,22 +244,21 @@ STATUS_STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "di
 
 
 def findings(items: list[Any], elapsed: float | None = None) -> None:
-    """Doctor findings as one table per node (then the pair), and a summary line."""
-    from rich.table import Table
+    """Doctor findings as one table per node (then the pair), and a summary line. On a terminal the detail
+    and fix columns fold to its width; piped, each finding stays on one line (for grep)."""
+    import shutil
 
+    terminal = sys.stdout.isatty()
+    width = shutil.get_terminal_size().columns if terminal else None
+    paint = _ansi if _colours(sys.stdout) else table.plain
     order = list(dict.fromkeys([f.node for f in items if f.node != "pair"] + ["pair"]))
     for node in order:
-        rows = [f for f in items if f.node == node]
-        if not rows:
-            continue
-        table = Table(title=node, title_justify="left", show_lines=False, expand=False)
-        for column in ("check", "status", "detail", "fix"):
-            table.add_column(column, overflow="fold")
-        for finding in rows:
-            status = finding.status.value
-            table.add_row(finding.check, f"[{STATUS_STYLE[status]}]{status}[/]", escape(finding.detail),
-                          escape(finding.fix))
-        out().print(table)
+        rows = [[f.check, f.status.value, f.detail, f.fix] for f in items if f.node == node]
+        if rows:
+            for text in table.render(node, ("check", "status", "detail", "fix"), rows, width=width,
+                                     wrapped=(False, False, True, True), paint=paint,
+                                     cell_style=lambda column, cell: STATUS_STYLE[cell] if column == 1 else ""):
+                line(text)
     counts = {s: sum(1 for f in items if f.status.value == s) for s in STATUS_STYLE}
     timing = f" in {elapsed:.1f} s" if elapsed is not None else ""
     line(f"{counts['FAIL']} FAIL, {counts['WARN']} WARN, {counts['OK']} OK, {counts['SKIP']} SKIP{timing}")
