@@ -10,8 +10,6 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-import yaml
-
 from sparkpair.checks import SETUP_NETWORK, Facts, Finding, fail, ok, reachable_nodes, skip, unreachable_skips, warn
 from sparkpair.checks.roce import roce_probes
 from sparkpair.errors import last_line
@@ -152,20 +150,11 @@ def _persistence(name: str, twin: str, address: str, interface: net.Interface, n
                     setup(f"writes {twin} of {name} into /etc/netplan"), SETUP_NETWORK)
     if not isinstance(netplan_files, dict):
         return skip("links.persistent", name, f"cannot read /etc/netplan ({netplan_files})")
-    owners = [path for path, f in netplan_files.items() if address in _netplan_addresses(f.content, twin)]
+    owners = [path for path, f in netplan_files.items() if address in f.addresses.get(twin, ())]
     if owners:
         return ok("links.persistent", name, f"{twin} {address} from {owners[0]}")
     return warn("links.persistent", name, f"{twin} {address} is not in any netplan file: lost at reboot",
                 setup(f"writes {twin} of {name} into /etc/netplan"), SETUP_NETWORK)
-
-
-def _netplan_addresses(content: str, twin: str) -> list[str]:
-    try:
-        document = yaml.safe_load(content) or {}
-        stanza = document["network"]["ethernets"][twin]
-        return [str(a) for a in stanza.get("addresses", [])]
-    except (yaml.YAMLError, KeyError, TypeError, AttributeError):
-        return []
 
 
 def check_pair_links(facts: Facts) -> Iterable[Finding]:

@@ -72,11 +72,10 @@ def node_facts(inventory: Inventory, name: str) -> NodeFacts:
         net.INTERFACES: {twin: Interface(twin, mac(name, twin), mtu, True, True,
                                        (Address(str(address.ip), address.network.prefixlen, "inet", False),))
                        for twin, address in node.links.items()},
-        net.NETPLAN_FILES: {"/etc/netplan/40-sparkpair-cx7.yaml": NetplanFile(
+        net.NETPLAN_FILES: {"/etc/netplan/40-sparkpair-cx7.yaml": NetplanFile.read(
             "/etc/netplan/40-sparkpair-cx7.yaml",
             "network:\n  ethernets:\n" + "".join(f"    {twin}:\n      addresses: [{address}]\n"
-                                                 for twin, address in node.links.items()),
-            frozenset(node.links))},
+                                                 for twin, address in node.links.items()))},
         **roce(node),
         links.crossing_probe(inventory, node): {(twin, str(peer.links[twin].ip)): mac(peer.name, twin)
                                                 for twin in node.links},

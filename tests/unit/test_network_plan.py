@@ -46,11 +46,10 @@ def _routes(fixture: str) -> list[net.Route]:
 def _facts(configured: bool = False, **overrides: object) -> dict[str, NodeFacts]:
     facts = {}
     for node in SIM.nodes:
-        files = {"/etc/netplan/50-cloud-init.yaml": net.NetplanFile("/etc/netplan/50-cloud-init.yaml", CLOUD_INIT,
-                                                                   frozenset({"enP7s7"}))}
+        files = {"/etc/netplan/50-cloud-init.yaml": net.NetplanFile.read("/etc/netplan/50-cloud-init.yaml", CLOUD_INIT)}
         if configured:
             ours = render.netplan_file(SIM, node, "the inventory").content
-            files[netplan.NETPLAN_PATH] = net.NetplanFile(netplan.NETPLAN_PATH, ours, frozenset(node.links))
+            files[netplan.NETPLAN_PATH] = net.NetplanFile.read(netplan.NETPLAN_PATH, ours)
         facts[node.name] = NodeFacts({net.INTERFACES: _interfaces(node.name, configured), net.DEFAULT_ROUTES: ["enP7s7"],
                                       net.SSH_SESSION: node.host, net.SESSION_ROUTE: _routes("ip-route-get-onlink.json"),
                                       net.ROUTES: _routes("ip-route-show.json")[:2], net.NETPLAN_FILES: files,
@@ -115,8 +114,7 @@ def test_conflicting_netplan_file_is_named_and_taken_over_with_replace() -> None
     other = "network:\n  version: 2\n  ethernets:\n    enp1s0f1np1:\n      addresses: [198.19.9.9/24]\n"
     facts = _facts()
     for node in facts.values():
-        node[net.NETPLAN_FILES]["/etc/netplan/40-cx7.yaml"] = net.NetplanFile("/etc/netplan/40-cx7.yaml", other,
-                                                                         frozenset({"enp1s0f1np1"}))
+        node[net.NETPLAN_FILES]["/etc/netplan/40-cx7.yaml"] = net.NetplanFile.read("/etc/netplan/40-cx7.yaml", other)
     refused = netplan.plan_network(SIM, facts)
     assert any("/etc/netplan/40-cx7.yaml already configures enp1s0f1np1" in r and "--replace" in r
                for r in refused.refusals)
@@ -146,8 +144,8 @@ def test_replace_takes_over_a_stanza_keyed_by_the_twin_even_with_its_own_match()
     other = "network:\n  version: 2\n  ethernets:\n    enp1s0f1np1:\n      match: {name: enp1s0f1np1}\n"
     facts = _facts()
     for node in facts.values():
-        node[net.NETPLAN_FILES]["/etc/netplan/40-cx7.yaml"] = net.NetplanFile(
-            "/etc/netplan/40-cx7.yaml", other, frozenset(net.netplan_interfaces(other)))
+        node[net.NETPLAN_FILES]["/etc/netplan/40-cx7.yaml"] = net.NetplanFile.read(
+            "/etc/netplan/40-cx7.yaml", other)
     plan = netplan.plan_network(SIM, facts, replace=True)
     assert plan.refusals == [] and plan.changes[0].summary.startswith("take over /etc/netplan/40-cx7.yaml")
 

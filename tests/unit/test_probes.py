@@ -119,6 +119,21 @@ def test_netplan_owners_include_match_names() -> None:
     assert files["/etc/netplan/70-broken.yaml"].interfaces == frozenset()
 
 
+def test_netplan_addresses_are_read_once_per_file_by_the_parser() -> None:
+    """links.persistent looks the twin's addresses up in the parsed file: each document is read by the probe's
+    parser, not once more per twin by the judge."""
+    ours = ("network:\n  version: 2\n  ethernets:\n    enp1s0f1np1:\n      addresses: [198.19.1.11/24]\n"
+            "      mtu: 9000\n    enP2p1s0f1np1:\n      addresses:\n        - 198.19.2.11/24\n"
+            "  bonds:\n    bond0:\n      addresses: [10.9.9.9/24]\n")
+    text = "\x1c/etc/netplan/50-cloud-init.yaml\n" + captured("netplan-cloud-init.yaml") + \
+        "\x1c/etc/netplan/40-sparkpair-cx7.yaml\n" + ours + "\x1c/etc/netplan/70-broken.yaml\nnetwork: [\n"
+    files = net.parse_netplan_files(text)
+    assert files["/etc/netplan/50-cloud-init.yaml"].addresses == {"enP7s7": ("198.18.0.11/24",)}
+    assert files["/etc/netplan/40-sparkpair-cx7.yaml"].addresses == {"enp1s0f1np1": ("198.19.1.11/24",),
+                                                                     "enP2p1s0f1np1": ("198.19.2.11/24",)}
+    assert files["/etc/netplan/70-broken.yaml"].addresses == {}
+
+
 def test_gpu_query_on_real_gb10s() -> None:
     first = host.parse_gpu_query(real("nvidia-smi-query-gpu__1.txt"),
                                  ("name", "compute_cap", "driver_version", "memory.total"))
