@@ -22,6 +22,7 @@ FAILED_LAUNCH_LOGS = f"{STATE_DIR}/logs/failed-launch"  # the ranks' output of t
 LOCK = f"{STATE_DIR}/lock"                         # one changing sparkpair run per pair, on the head
 DOCTOR_DIR = f"{STATE_DIR}/doctor"                 # doctor --deep's private copy of the config
 VERIFIED_BLOBS = f"{STATE_DIR}/state/verified-blobs.json"  # blobs whose content was verified: path -> stat
+VERIFIED_RESULT = f"{STATE_DIR}/state/verified-result"  # doctor's last clean verdict, under the listing it held for
 NODE_KEY = "~/.ssh/id_ed25519"                     # the node's own key for node-to-node SSH (mpirun)
 KNOWN_HOSTS = "~/.ssh/known_hosts"
 AUTHORIZED_KEYS = "~/.ssh/authorized_keys"

@@ -2,16 +2,24 @@
 with the inventory's key and known_hosts, the least any tool that logs in to both nodes can take.
 
 Imported by the bench scripts beside it (Python puts a script's own directory first on sys.path).
+Importing it also byte-compiles sparkpair, as pip does when it installs a package: with
+PYTHONDONTWRITEBYTECODE set (this machine's sessions set it), a module changed since its last .pyc
+would otherwise be compiled again on every run of the command being measured.
 """
 
 from __future__ import annotations
 
+import compileall
 import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import sparkpair
 from sparkpair.inventory import Inventory, Node
+
+compileall.compile_dir(Path(sparkpair.__file__).parent, quiet=1)
 
 
 def ssh_argv(inventory: Inventory, node: Node) -> list[str]:

@@ -213,3 +213,44 @@ def test_a_verification_budget_leaves_the_rest_unverified(tmp_path: Path) -> Non
     found = models.parse_content(program("verify", json.dumps(options)).stdout)
     content = found.repos[REPO]
     assert content.unverified and not content.bad and not content.verified
+
+
+def test_doctor_probe_repeats_a_clean_verdict_without_python_until_a_file_changes(tmp_path: Path) -> None:
+    """models.content's probe, run as a node runs it (HOME holds the cache): once a run found everything good,
+    the next ones print that verdict without starting Python, for as long as find lists the same repos and
+    the same cache file; a byte changed in place (same size, mtime put back: ctime still moves) runs the node
+    program again, which names the blob and forgets the verdict."""
+    home = tmp_path / "home"
+    hub = home / "hf" / "hub"
+    files = make_repo(hub, {"model.safetensors": 1 << 20, "config.json": 300})
+    link_snapshot(hub, files)
+    command = models.content("~/hf", ("org/model",), 20.0).command.text
+    fake = tmp_path / "fake-bin"
+    fake.mkdir()
+    (fake / "python3").write_text(f"#!/bin/sh\ntouch {tmp_path}/python-started\nexit 99\n")
+    (fake / "python3").chmod(0o755)
+    real = Path(sys.executable).parent
+
+    def probe(path: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=60,
+                              env={"HOME": str(home), "PATH": f"{path}:/usr/bin:/bin"})
+
+    for _ in range(2):  # the first run writes the cache of verified blobs, the second finds it unchanged
+        assert models.parse_content(probe(f"{real}").stdout).of("org/model").verified
+    again = probe(f"{fake}:{real}")
+    assert again.returncode == 0 and not (tmp_path / "python-started").exists(), again.stderr
+    found = models.parse_content(again.stdout)
+    assert found.of("org/model").verified and found.of("org/model").blobs == 2 and found.hashed_bytes == 0
+
+    shard = hub / REPO / "blobs" / files["model.safetensors"][0]
+    before = shard.stat()
+    with shard.open("r+b") as handle:
+        handle.seek(10)
+        byte = handle.read(1)[0]
+        handle.seek(10)
+        handle.write(bytes([byte ^ 1]))
+    os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert probe(f"{fake}:{real}").returncode == 99 and (tmp_path / "python-started").exists()
+    bad = models.parse_content(probe(f"{real}").stdout).of("org/model").bad
+    assert list(bad) == [files["model.safetensors"][0]]
+    assert not (home / ".sparkpair" / "state" / "verified-result").exists()
