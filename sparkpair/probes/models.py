@@ -229,9 +229,12 @@ def content(hf_cache: str, repos: tuple[str, ...], budget: float) -> Probe[Conte
         expanded_path(f"{hf_cache.rstrip('/')}/hub"), Shell('h="$p"; '),
         expanded_path(paths.VERIFIED_BLOBS), Shell('c="$p"; '),
         expanded_path(paths.VERIFIED_RESULT), Shell('r="$p"; '),
-        Shell('k="$(cd "$h" 2>/dev/null && find ' + "{} " * len(dirs) + '"$c" -printf {} 2>/dev/null | cksum) {}"; ',
-              *dirs, LISTING_FORMAT, hashlib.sha256(options.encode()).hexdigest()[:16])], "")
-    remembered = Shell('{ IFS= read -r v && [ "$v" = "$k" ] && cat; } 2>/dev/null <"$r" || SPARKPAIR_VERIFY_KEY="$k" ')
+        Shell('l="$(cd "$h" 2>/dev/null && find ' + "{} " * len(dirs) + '"$c" -printf {} 2>/dev/null)"; '
+              'k="$(printf "%s\\n" "$l" | cksum) {}"; ', *dirs, LISTING_FORMAT, hashlib.sha256(options.encode()).hexdigest()[:16])],
+        "")
+    # An empty listing (no repo yet, or a find without -printf) never matches: the node program runs.
+    remembered = Shell('{ [ -n "$l" ] && IFS= read -r v && [ "$v" = "$k" ] && cat; } 2>/dev/null <"$r" || '
+                       'SPARKPAIR_VERIFY_KEY="$k" ')
     return Probe(CONTENT, (hf_cache, repos, budget), Shell.compose([key, remembered, node_command("verify", options)], ""),
                  parse_content)
 

@@ -218,8 +218,8 @@ def test_a_verification_budget_leaves_the_rest_unverified(tmp_path: Path) -> Non
 def test_doctor_probe_repeats_a_clean_verdict_without_python_until_a_file_changes(tmp_path: Path) -> None:
     """models.content's probe, run as a node runs it (HOME holds the cache): once a run found everything good,
     the next ones print that verdict without starting Python, for as long as find lists the same repos and
-    the same cache file; a byte changed in place (same size, mtime put back: ctime still moves) runs the node
-    program again, which names the blob and forgets the verdict."""
+    the same cache file; an empty listing never matches; a byte changed in place (same size, mtime put back:
+    ctime still moves) runs the node program again, which names the blob and forgets the verdict."""
     home = tmp_path / "home"
     hub = home / "hf" / "hub"
     files = make_repo(hub, {"model.safetensors": 1 << 20, "config.json": 300})
@@ -241,6 +241,11 @@ def test_doctor_probe_repeats_a_clean_verdict_without_python_until_a_file_change
     assert again.returncode == 0 and not (tmp_path / "python-started").exists(), again.stderr
     found = models.parse_content(again.stdout)
     assert found.of("org/model").verified and found.of("org/model").blobs == 2 and found.hashed_bytes == 0
+    (fake / "find").write_text("#!/bin/sh\nexit 1\n")  # a find that lists nothing (no -printf): never a match
+    (fake / "find").chmod(0o755)
+    assert probe(f"{fake}:{real}").returncode == 99 and (tmp_path / "python-started").exists()
+    (fake / "find").unlink()
+    (tmp_path / "python-started").unlink()
 
     shard = hub / REPO / "blobs" / files["model.safetensors"][0]
     before = shard.stat()
