@@ -52,12 +52,11 @@ def err() -> Console:
 
 
 _WRITING = threading.Lock()  # progress lines come from several threads
-_CURSOR_MOVES = dict.fromkeys((7, 8, 11, 12, 13))  # what rich's Console drops too: bell, backspace, VT, FF, CR
 
 
 def _write(stream: Any, text: str) -> None:
     with _WRITING:
-        stream.write(text.translate(_CURSOR_MOVES) + "\n")
+        stream.write(text.translate(table.CURSOR_MOVES) + "\n")
         stream.flush()
 
 
@@ -69,21 +68,6 @@ def line(text: str = "") -> None:
 def note(text: str) -> None:
     """A progress or status line on stderr."""
     _write(sys.stderr, text)
-
-
-_ANSI = {"green": "32", "yellow": "33", "bold red": "1;31", "dim": "2", "bold": "1", "title": "3", "header": "1"}
-
-
-def _colours(stream: Any) -> bool:
-    """Whether stream gets colour, as rich decides it: FORCE_COLOR, else a terminal that is not dumb and no NO_COLOR."""
-    if os.environ.get("FORCE_COLOR"):
-        return True
-    return stream.isatty() and "NO_COLOR" not in os.environ and os.environ.get("TERM", "") not in ("dumb", "unknown")
-
-
-def _ansi(text: str, style: str) -> str:
-    code = _ANSI.get(style)
-    return f"\x1b[{code}m{text}\x1b[0m" if code and text else text
 
 
 def error_lines(lines: list[str]) -> None:
@@ -250,7 +234,7 @@ def findings(items: list[Any], elapsed: float | None = None) -> None:
 
     terminal = sys.stdout.isatty()
     width = shutil.get_terminal_size().columns if terminal else None
-    paint = _ansi if _colours(sys.stdout) else table.plain
+    paint = table.ansi if table.wants_colour(sys.stdout) else table.plain
     order = list(dict.fromkeys([f.node for f in items if f.node != "pair"] + ["pair"]))
     for node in order:
         rows = [[f.check, f.status.value, f.detail, f.fix] for f in items if f.node == node]

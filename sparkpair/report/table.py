@@ -1,19 +1,23 @@
-"""Tables as text lines, drawn the way rich draws them (heavy head, light body), without rich.
+"""Tables as text lines, drawn the way rich draws them (heavy head, light body), without rich; and the
+ANSI colours of what report writes itself.
 
 Doctor prints one table per node at the end of every run, after the nodes have answered: rich took
 about 70 ms of CPU to lay out its ~90 rows and 35 ms to import, all of it on the command's critical
-path. This module lays out the same table in about a millisecond. Pure: text in, lines out; colour
-is the caller's (`paint`).
+path. This module lays out the same table in about a millisecond. `render` is pure: text in, lines
+out; colour is the caller's (`paint`: `plain` or `ansi`, as `wants_colour` decides).
 """
 
 from __future__ import annotations
 
+import os
 import textwrap
 from collections.abc import Callable, Sequence
+from typing import Any
 
 # Characters rich's Console drops from what it prints (bell, backspace, vertical tab, form feed, CR):
-# a cell must not move the cursor.
-_CONTROL = dict.fromkeys((7, 8, 11, 12, 13))
+# a line or a cell must not move the cursor.
+CURSOR_MOVES = dict.fromkeys((7, 8, 11, 12, 13))
+_ANSI = {"green": "32", "yellow": "33", "bold red": "1;31", "dim": "2", "bold": "1", "title": "3", "header": "1"}
 _MIN_WRAPPED_WIDTH = 10
 
 Paint = Callable[[str, str], str]  # (text, style) -> text to print; style "" means none
@@ -23,6 +27,19 @@ CellStyle = Callable[[int, str], str]  # (column index, cell text) -> style
 def plain(text: str, style: str) -> str:
     """Paint nothing: text as it is."""
     return text
+
+
+def ansi(text: str, style: str) -> str:
+    """text in style's ANSI colour (the styles report uses: green, yellow, bold red, dim, bold, title, header)."""
+    code = _ANSI.get(style)
+    return f"\x1b[{code}m{text}\x1b[0m" if code and text else text
+
+
+def wants_colour(stream: Any) -> bool:
+    """Whether stream gets colour, as rich decides it: FORCE_COLOR, else a terminal that is not dumb and no NO_COLOR."""
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return bool(stream.isatty()) and "NO_COLOR" not in os.environ and os.environ.get("TERM", "") not in ("dumb", "unknown")
 
 
 def column_widths(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int | None,
@@ -55,7 +72,7 @@ def render(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *,
     per entry, a light box closing it. With a width, the columns marked in wrapped fold their cells (at
     spaces, else anywhere) until the table fits; without one, nothing folds. cell_style names each cell's
     style; paint applies styles (nothing by default)."""
-    rows = [[cell.translate(_CONTROL) for cell in row] for row in rows]
+    rows = [[cell.translate(CURSOR_MOVES) for cell in row] for row in rows]
     wrapped = wrapped or [True] * len(headers)
     widths = column_widths(headers, rows, width, wrapped)
     lines = [paint(title, "title")] if title else []
