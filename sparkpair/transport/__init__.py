@@ -1,7 +1,8 @@
 """How sparkpair talks to nodes: SSH (paramiko), Docker and HTTP over that one connection.
 
-Holds `shell` (commands, quoting), `ssh` (one verified connection per node), `pair` (both nodes
-in parallel, `PairResult`), `docker` (Docker actions through the docker CLI over that same
+Holds `shell` (commands, quoting), `ssh` (one verified connection per node), `tcp` (the socket
+under it: Nagle off, quick ACKs), `lines` (output cut into lines), `pair` (both nodes in parallel,
+`PairResult`), `docker` (Docker actions through the docker CLI over that same
 connection) and `lock` (one changing run per pair). The only package that imports
 paramiko or runs docker, and the only place a value is put into a remote shell. Takes plain
 connection parameters (`SshTarget`); imports nothing of sparkpair but `errors` and `paths`.

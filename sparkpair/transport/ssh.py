@@ -7,7 +7,6 @@ exit codes. Takes plain connection parameters (`SshTarget`), never the inventory
 from __future__ import annotations
 
 import base64
-import codecs
 import contextlib
 import hashlib
 import logging
@@ -22,6 +21,8 @@ from pathlib import Path
 
 from sparkpair.errors import ConnectError, ConnectionLost, RemoteCommandError
 from sparkpair.paths import UPLOAD_PREFIX, under_home
+from sparkpair.transport import tcp
+from sparkpair.transport.lines import LineSink
 from sparkpair.transport.shell import PATH_PREFIX, Command, Shell, command_text
 
 # paramiko.config imports invoke, when installed, only to run the `Match exec` lines of ssh_config files, which
@@ -162,7 +163,7 @@ class NodeConnection:
         try:
             client.connect(target.host, port=target.port, username=target.user, key_filename=str(key_file),
                            look_for_keys=False, allow_agent=False, timeout=timeout, banner_timeout=timeout,
-                           auth_timeout=timeout, sock=_dial(target, timeout))
+                           auth_timeout=timeout, sock=tcp.dial(target.host, target.port, timeout))
         except ConnectError:
             raise
         except Exception as error:  # noqa: BLE001 (every way SSH can fail becomes one line)
@@ -237,7 +238,7 @@ class NodeConnection:
         text = command_text(command)
         if self._trace:
             self._trace(self.name, text)
-        out, err = _LineSink(on_line), _LineSink(on_line)
+        out, err = LineSink(on_line), LineSink(on_line)
         code = self._execute(text, timeout, None, out.feed, err.feed)
         out.flush()
         err.flush()
@@ -363,58 +364,6 @@ def _drain(channel: paramiko.Channel, on_err: Callable[[bytes], None]) -> None:
         on_err(data)
 
 
-class _LineSink:
-    """Hands complete lines of one output stream (bytes as they come, UTF-8) to a callback."""
-
-    def __init__(self, on_line: Callable[[str], None]) -> None:
-        self._on_line, self._pending = on_line, ""
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def feed(self, data: bytes) -> None:
-        self._pending += self._decoder.decode(data).replace("\r", "\n")
-        *lines, self._pending = self._pending.split("\n")
-        for line in lines:
-            if line.strip():
-                self._on_line(line)
-
-    def flush(self) -> None:
-        if self._pending.strip():
-            self._on_line(self._pending)
-        self._pending = ""
-
-
-def _dial(target: SshTarget, timeout: float) -> _QuickAckSocket:
-    """A TCP connection to the node's sshd with Nagle's algorithm off (and quick ACKs: _QuickAckSocket).
-
-    SSH sends each command as a few small packets (channel open, exec, end of input) and sshd answers
-    with a few more; with Nagle on, each small write after the first waits for the peer's delayed ACK
-    (40 ms on Linux), so every command cost about 45 ms more than its round trip (3 ms on the
-    simulated pair), on a real pair as much as here. OpenSSH's own client turns Nagle off only for
-    interactive sessions.
-    """
-    plain = socket.create_connection((target.host, target.port), timeout=timeout)
-    sock = _QuickAckSocket(plain.family, plain.type, plain.proto, fileno=plain.detach())
-    sock.settimeout(timeout)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
-
-
-class _QuickAckSocket(socket.socket):
-    """A TCP socket that acknowledges what it receives at once: TCP_QUICKACK, re-armed before each read
-    (the kernel clears it by itself).
-
-    sshd sends a packet right after authentication (its host keys) and holds its answer to the first
-    channel open behind it (Nagle) until this side acknowledges that packet; Linux's delayed ACK made
-    the first command of every connection wait 40-50 ms for it (opening the channel: 52 ms; with this,
-    12 ms).
-    """
-
-    def recv(self, size: int, flags: int = 0) -> bytes:
-        with contextlib.suppress(OSError):
-            self.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
-        return super().recv(size, flags)
-
-
 def _connect_error(node: SshTarget, error: Exception) -> ConnectError:
     target = node.address
     if isinstance(error, paramiko.BadHostKeyException):
@@ -431,7 +380,7 @@ def _connect_error(node: SshTarget, error: Exception) -> ConnectError:
     if isinstance(error, (TimeoutError, socket.timeout)):
         return ConnectError(f"no answer from {target} (timed out)", node=node.name,
                             hint="is the node up and on the management network?")
-    if isinstance(error, ConnectionRefusedError):  # from _dial (paramiko dials no socket of its own)
+    if isinstance(error, ConnectionRefusedError):  # from tcp.dial (paramiko dials no socket of its own)
         return ConnectError(f"{target} refused the connection; is sshd running?", node=node.name,
                             hint="sudo systemctl start ssh on the node")
     return ConnectError(f"cannot connect to {target}: {type(error).__name__}: {error}", node=node.name)

@@ -14,7 +14,7 @@ from conftest import has_netplan, run_sparkpair, with_forged_host_key
 from sparkpair import paths
 from sparkpair.inventory import read_inventory
 from sparkpair.network import watchdog
-from sparkpair.transport import NodeConnection, Shell, SshTarget, ssh
+from sparkpair.transport import NodeConnection, Shell, SshTarget, tcp
 
 NETPLAN = "/etc/netplan/40-sparkpair-cx7.yaml"
 NODES = ("spark-a", "spark-b")
@@ -312,7 +312,7 @@ def test_the_connection_sends_small_packets_at_once(testbed) -> None:
         assert connection.check(Shell("hostname")).strip() == "spark-a"
         sock = connection.client().get_transport().sock
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
-        assert isinstance(sock, ssh._QuickAckSocket)  # acknowledges at once (the unit tests show how)
+        assert isinstance(sock, tcp.QuickAckSocket)  # acknowledges at once (the unit tests show how)
     finally:
         connection.close()
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from sparkpair.transport import ssh
+from sparkpair.transport import tcp
+from sparkpair.transport.lines import LineSink
 
 
 def test_lines_survive_chunks_split_inside_a_character_and_carriage_returns_end_lines() -> None:
     lines: list[str] = []
-    sink = ssh._LineSink(lines.append)
+    sink = LineSink(lines.append)
     text = "downloading 1/2 GiB\r\ndownloading 2/2 GiB\rdone: naïve model ✓\n\ntail without newline"
     data = text.encode()
     for start in range(0, len(data), 3):  # 3-byte chunks split 'ï' and '✓' between chunks
@@ -18,7 +19,7 @@ def test_lines_survive_chunks_split_inside_a_character_and_carriage_returns_end_
 
 def test_bytes_that_are_not_utf8_become_replacement_characters_not_an_error() -> None:
     lines: list[str] = []
-    sink = ssh._LineSink(lines.append)
+    sink = LineSink(lines.append)
     sink.feed(b"bad \xff\xfe bytes\n")
     assert lines == ["bad \ufffd\ufffd bytes"]
 
@@ -49,7 +50,7 @@ def test_quick_acks_are_asked_again_before_every_read() -> None:
 
     asked: list[tuple[int, int, int]] = []
 
-    class Recording(ssh._QuickAckSocket):
+    class Recording(tcp.QuickAckSocket):
         def setsockopt(self, *args) -> None:  # type: ignore[no-untyped-def, override]
             asked.append(args)
             super().setsockopt(*args)
