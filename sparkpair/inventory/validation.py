@@ -4,7 +4,7 @@ A kind checks one value and returns it, converted where the record keeps another
 IPv4Interface, a Path), or records a Problem at the value's location. A record is a frozen,
 keyword-only dataclass whose fields name their kind with `spec()`. `parse` visits every field of
 every record, so one pass reports every problem, not only the first. The same declarations give
-the plain JSON data of a record (`json_data`) and the file's JSON Schema (`json_schema`).
+the plain JSON data of a record (`json_data`) and the file's JSON Schema (`record_schema`).
 
 Hand-written, not pydantic: the six records of the inventory need none of its power, and its import
 and model building cost every command about 0.12 s of CPU before the first SSH packet leaves.
@@ -17,7 +17,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Callable
-from pathlib import Path, PurePath
+from pathlib import PurePath
 from typing import Any, TypeVar
 
 Location = tuple[int | str, ...]
@@ -193,7 +193,8 @@ class MappingOf(Kind):
             good_item = self.value.parse(item, (*loc, str(key)), problems)
             parsed[good_key if good_key is not _BAD else key] = good_item
         if not self.min_items <= len(value) <= (self.max_items if self.max_items is not None else len(value)):
-            return self.refuse(value, loc, problems, f"{self.min_items} to {self.max_items} {self.what}")
+            bounds = f"{self.min_items} to {self.max_items}" if self.max_items is not None else f"at least {self.min_items}"
+            return self.refuse(value, loc, problems, f"{bounds} {self.what}".strip())
         return parsed if len(problems) == before else _BAD
 
     def schema(self) -> dict[str, Any]:
@@ -281,7 +282,7 @@ def json_data(value: Any) -> Any:
         return {key: json_data(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_data(item) for item in value]
-    if isinstance(value, (PurePath, Path)) or type(value).__module__ == "ipaddress":
+    if isinstance(value, PurePath) or type(value).__module__ == "ipaddress":
         return str(value)
     return value
 
