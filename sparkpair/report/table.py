@@ -46,7 +46,8 @@ def column_widths(headers: Sequence[str], rows: Sequence[Sequence[str]], width: 
                   wrapped: Sequence[bool]) -> list[int]:
     """Each column's content width: its widest cell, then, while the table is wider than width, the widest
     column that may wrap loses a character (down to 10)."""
-    widths = [max([len(header)] + [len(row[index]) for row in rows]) for index, header in enumerate(headers)]
+    widths = [max([len(header)] + [len(part) for row in rows for part in row[index].split("\n")])
+              for index, header in enumerate(headers)]
     if width is None:
         return widths
     available = width - (3 * len(headers) + 1)   # "│ " before each cell, " " after it, and the last "│"
@@ -60,9 +61,12 @@ def column_widths(headers: Sequence[str], rows: Sequence[Sequence[str]], width: 
 
 
 def _cell_lines(text: str, width: int) -> list[str]:
-    if len(text) <= width:
-        return [text]
-    return textwrap.wrap(text, width, break_long_words=True, break_on_hyphens=False, drop_whitespace=True) or [""]
+    """A cell's lines: its own (a detail may hold several), each folded to width."""
+    lines: list[str] = []
+    for part in text.split("\n"):
+        lines += [part] if len(part) <= width else textwrap.wrap(part, width, break_long_words=True,
+                                                                 break_on_hyphens=False) or [""]
+    return lines
 
 
 def render(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *, width: int | None = None,

@@ -75,3 +75,9 @@ def test_forced_colour_paints_the_status(capsys: pytest.CaptureFixture[str], mon
     monkeypatch.setenv("FORCE_COLOR", "1")
     report.findings([Finding("links.mtu", "spark-b", Status.FAIL, "bad", "fix it")])
     assert "\x1b[1;31mFAIL\x1b[0m" in capsys.readouterr().out
+
+
+def test_a_cell_of_several_lines_keeps_the_box_closed() -> None:
+    lines = table.render("", HEADERS, [["a", "FAIL", "first line\nsecond, longer line", ""]])
+    assert len({len(line) for line in lines}) == 1
+    assert [line.split("│")[3].strip() for line in lines[3:-1]] == ["first line", "second, longer line"]
