@@ -76,7 +76,7 @@ def run() -> None:
 
     When main returns, the command is done: every thread it started has been joined, the pair lock
     released and the connections closed. What the interpreter would still do is tear down every
-    module and object (pydantic's, paramiko's, cryptography's): about 40 ms of CPU at the end of every
+    module and object (paramiko's, cryptography's, click's): about 40 ms of CPU at the end of every
     command on the simulated pair, for nothing. So the output is flushed and the process ends here,
     unless a profiler or tracer watches (`python -m cProfile`, coverage): they write what they saw at
     the normal exit.

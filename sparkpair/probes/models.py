@@ -205,9 +205,12 @@ def verify_options(hf_cache: str, repos: list[str] | tuple[str, ...], *, budget:
                    remove_bad: bool = False, progress: bool = False, result: str | None = None) -> str:
     """The node program's verify options (JSON): the hub dir, repo dirs, the node's cache of verified blobs
     (and where to remember a clean verdict, for the doctor's probe)."""
-    options = {"hub": f"{hf_cache.rstrip('/')}/hub", "repos": [repo_dirname(r) for r in repos],
-               "cache": paths.VERIFIED_BLOBS, "budget": budget, "remove_bad": remove_bad, "progress": progress}
-    return json.dumps({**options, **({"result": result} if result else {})}, sort_keys=True)
+    options: dict[str, object] = {"hub": f"{hf_cache.rstrip('/')}/hub", "repos": [repo_dirname(r) for r in repos],
+                                  "cache": paths.VERIFIED_BLOBS, "budget": budget, "remove_bad": remove_bad,
+                                  "progress": progress}
+    if result:
+        options["result"] = result
+    return json.dumps(options, sort_keys=True)
 
 
 # What the verdict of a run depends on, listed by find: every entry of the repos (type, size, mtime, ctime,
