@@ -11,12 +11,19 @@ launch state (head), and the ranks' output: the running container's and the last
 directory and ~/.ssh. Every file goes through `engine.redact` (the operator's HF token as well as
 anything that looks like a secret); `MANIFEST.txt` lists every file, where it came from, and what
 was redacted, and what could not be collected and why.
+
+Files that come several to a probe (a directory's) are framed by `probes.section`: no byte of a file can
+name another. Every member name is a plain relative path (`member_path`); a name that is not (absolute,
+`..`, a control character) is left out and MANIFEST.txt says so. The archive is written to a new 0600
+file beside --out (O_EXCL, O_NOFOLLOW) and renamed over it: an existing file or symlink there is replaced,
+never written through.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import secrets
 import tarfile
 import time
 from collections import Counter
@@ -26,8 +33,9 @@ from pathlib import Path
 
 from sparkpair import __version__, paths, probes
 from sparkpair.engine.redact import redact
+from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory, hftoken
-from sparkpair.probes import FILE_MARK, Probe, ProbeFailure, expanded_path
+from sparkpair.probes import Probe, ProbeFailure, expanded_path, parse_sections, printable, section
 from sparkpair.progress import Event, Progress
 from sparkpair.render import recipe
 from sparkpair.transport import NodeConnection, Pair, Shell
@@ -83,25 +91,25 @@ def _raw(text: str) -> str:
     return text
 
 
-def _sections(text: str) -> dict[str, str]:
-    """FILE_MARK sections: `\\x1cNAME\\n` + content."""
-    found = {}
-    for section in text.split(FILE_MARK)[1:]:
-        name, _, content = section.partition("\n")
-        if name:
-            found[name] = content
-    return found
+def member_path(path: str) -> str | None:
+    """path as an archive member: relative and normalised (`a//./b` is `a/b`); None when it is empty, absolute,
+    climbs (`..`) or holds a control character (a name a node chose must not leave the bundle's directory)."""
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    if path.startswith("/") or not parts or ".." in parts or not printable(path):
+        return None
+    return "/".join(parts)
 
 
 def _ask(name: str, command: Shell, sectioned: bool = False) -> Probe[object]:
-    return Probe("bundle", (name,), command, _sections if sectioned else _raw)
+    return Probe("bundle", (name,), command, parse_sections if sectioned else _raw)
 
 
 def _tree(prefix: Shell) -> Shell:
-    """After prefix (which cds into a directory or exits 0), every file under it as FILE_MARK sections."""
+    """After prefix (which cds into a directory or exits 0), every file under it as sections (`probes.section`)
+    named by their relative paths (a path holding a newline is not listed: `read` would cut it in two)."""
     return Shell.compose([prefix, Shell(
-        "find . -type f | sort | while IFS= read -r f; do printf '\\034%s\\n' \"${f#./}\"; "
-        "tail -c {} \"$f\"; done; true", str(FILE_LIMIT))], "")
+        "find . -type f ! -path '*\n*' | sort | while IFS= read -r f; do "
+        + section('"${f#./}"', 'tail -c {} "$f"') + "; done; true", str(FILE_LIMIT))], "")
 
 
 def node_probes(inventory: Inventory, node: str, head: bool) -> dict[str, Probe[object]]:
@@ -141,8 +149,8 @@ def node_probes(inventory: Inventory, node: str, head: bool) -> dict[str, Probe[
         asked[f"network/ethtool-{interface}.txt"] = Shell("ethtool {}", interface)
     found: dict[str, Probe[object]] = {path: _ask(path, command) for path, command in asked.items()}
     found["netplan/"] = _ask("netplan/", Shell(
-        "for f in /etc/netplan/*.yaml; do [ -e \"$f\" ] || continue; printf '\\034%s\\n' \"${f##*/}\"; "
-        "sudo -n cat \"$f\" 2>/dev/null || cat \"$f\" 2>&1; done; true"), sectioned=True)
+        "for f in /etc/netplan/*.yaml; do [ -e \"$f\" ] || continue; "
+        + section('"${f##*/}"', 'sudo -n cat "$f" 2>/dev/null || cat "$f" 2>&1') + "; done; true"), sectioned=True)
     found["sparkpair/config/"] = _ask("sparkpair/config/", _tree(Shell.compose(
         [expanded_path(paths.CONFIG_DIR), Shell('cd "$p" 2>/dev/null || exit 0; ')], "")), sectioned=True)
     found["logs/failed-launch/"] = _ask("logs/failed-launch/", _tree(Shell.compose(
@@ -167,8 +175,11 @@ def collect_node(connection: NodeConnection, inventory: Inventory, head: bool) -
         if isinstance(value, ProbeFailure) or value is None:
             missing.append(f"{where}: {value}")
         elif isinstance(value, dict):
-            files += [Collected(f"{where}{name}", text, f"{connection.name}: {probe.label}") for name, text in
-                      value.items()]
+            for name, text in value.items():
+                if member_path(name) is None:
+                    missing.append(f"{where}{name!r}: refused: not a plain relative file name")
+                else:
+                    files.append(Collected(f"{where}{name}", text, f"{connection.name}: {probe.label}"))
         else:
             files.append(Collected(where, str(value), f"{connection.name}: {probe.command.text[:200]}"))
     return files, missing
@@ -176,7 +187,8 @@ def collect_node(connection: NodeConnection, inventory: Inventory, head: bool) -
 
 def bundle(pair: Pair, inventory: Inventory, out: Path, inventory_file: Path | None, doctor_json: Callable[[], str],
            progress: Progress) -> BundleResult:
-    """Collect from both nodes at once, add doctor's findings and the inventory, redact, write out (0600)."""
+    """Collect from both nodes at once, add doctor's findings and the inventory, redact, write out (a new 0600
+    file renamed over it)."""
     result = BundleResult(path=str(out))
     progress(Event("", "collecting from both nodes (read-only)"))
     collected = pair.each(lambda connection: collect_node(connection, inventory, connection.name == pair.head.name))
@@ -198,22 +210,47 @@ def bundle(pair: Pair, inventory: Inventory, out: Path, inventory_file: Path | N
 
 
 def _write(result: BundleResult, files: list[Collected], out: Path, cluster: str) -> None:
+    """Redact files into the archive at out, under one top directory; a file whose path is not a plain relative
+    path (`member_path`), or is one already written, is left out and listed as not collected."""
     token = hftoken.find_token()
-    top = out.name.removesuffix(".tar.gz").removesuffix(".tgz") or "sparkpair-bundle"
-    entries = []
+    top = out.name.removesuffix(".tar.gz").removesuffix(".tgz")
+    top = top if member_path(top) == top else "sparkpair-bundle"
+    entries: dict[str, bytes] = {}
     for item in files:
+        path = member_path(item.path)
+        if path is None or path in entries or path == "MANIFEST.txt":
+            result.missing.append(f"{item.path!r} (from {item.source}): refused: not a plain relative file name, "
+                                  "or one already in the bundle")
+            continue
         text, counts = redact(item.text, [token] if token else [])
-        data = text.encode("utf-8", "replace")
-        entries.append((item.path, data))
-        result.files.append((item.path, len(data), item.source, counts))
+        entries[path] = text.encode("utf-8", "replace")
+        result.files.append((path, len(entries[path]), item.source, counts))
     manifest = _manifest(result, cluster).encode()
+    try:
+        _write_new(out, [("MANIFEST.txt", manifest), *entries.items()], top)
+    except OSError as error:
+        raise SparkpairError(f"cannot write the bundle {out}: {error.strerror or error}",
+                             hint="choose another --out") from None
+
+
+def _write_new(out: Path, entries: list[tuple[str, bytes]], top: str) -> None:
+    """A tar.gz of entries under top, written to a new 0600 file beside out (O_EXCL, O_NOFOLLOW: no file or link
+    an other user placed is written through) and renamed over out: an existing file or symlink there is
+    replaced, never followed or kept with its old mode."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "wb") as handle, tarfile.open(fileobj=handle, mode="w:gz") as archive:
-        for path, data in [("MANIFEST.txt", manifest), *entries]:
-            info = tarfile.TarInfo(f"{top}/{path}")
-            info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
-            archive.addfile(info, io.BytesIO(data))
+    temp = out.with_name(f".{out.name}.{secrets.token_hex(6)}.tmp")
+    descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with os.fdopen(descriptor, "wb") as handle, tarfile.open(fileobj=handle, mode="w:gz") as archive:
+            os.fchmod(handle.fileno(), 0o600)  # whatever the umask
+            for path, data in entries:
+                info = tarfile.TarInfo(f"{top}/{path}")
+                info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
+                archive.addfile(info, io.BytesIO(data))
+        os.replace(temp, out)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
 
 
 def _manifest(result: BundleResult, cluster: str) -> str:

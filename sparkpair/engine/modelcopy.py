@@ -1,6 +1,6 @@
 """Model files from one node to the other over both QSFP twins at once, several streams per twin.
 
-The node program (`sparkpair/data/model_node.py`) does the moving; this module starts it on both
+The node program (`sparkpair/data/modelnode/`) does the moving; this module starts it on both
 nodes, hands each its job over its own SSH channel, turns the sender's reports into progress, and
 says what arrived. The receiver writes each file beside its final name, verifies it whole (the
 blob's name is its hash), only then moves it into `blobs/`, and links a snapshot file only to a
@@ -76,6 +76,7 @@ class CopyResult:
     missing: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     unlinked: dict[str, list[str]] = field(default_factory=dict)
+    refused_links: dict[str, list[str]] = field(default_factory=dict)   # repo dir -> "entry: problem" lines
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -107,8 +108,9 @@ def receiver_job(inventory: Inventory, source: str, dest: str, blobs: list[Blob]
         listen, peers = [["127.0.0.1", 0]], ["127.0.0.1"]
     else:
         listen, peers = [[there, 0] for _, _, there in pairs], [here for _, here, _ in pairs]
+    # twice the sender's streams: a stream that reconnects may find its old connection not yet given up
     return {"secret": secret, "listen": listen, "peers": peers, "hub": _hub(inventory), "cache": paths.VERIFIED_BLOBS,
-            "files": _files(blobs),
+            "files": _files(blobs), "max_connections": 2 * STREAMS_PER_TWIN * max(1, len(pairs)),
             "repos": {models.repo_dirname(repo): {"revision": snapshot.revision, "links": dict(snapshot.links)}
                       for repo, snapshot in snapshots.items()}}
 
@@ -154,7 +156,9 @@ def record(line: str | None) -> tuple[str, dict[str, Any]]:
 def copy(source: NodeConnection, dest: NodeConnection, inventory: Inventory, blobs: list[Blob],
          snapshots: Mapping[str, Snapshot], transport: str, progress: Progress,
          cancel: threading.Event | None = None) -> CopyResult:
-    """Send blobs from source to dest; link dest's snapshots for every file whose blob is in place."""
+    """Send blobs from source to dest; link dest's snapshots for every file whose blob is in place. Nothing
+    starts when a snapshot or a blob name is unsafe (models.snapshot_problems)."""
+    _refuse_unsafe(source.name, dest.name, blobs, snapshots)
     result = CopyResult(source.name, dest.name, transport)
     secret = secrets.token_hex(32)
     receiver = RemoteProcess(dest, models.node_command("recv"))
@@ -179,6 +183,21 @@ def copy(source: NodeConnection, dest: NodeConnection, inventory: Inventory, blo
             if process is not None:
                 process.close()
     return result
+
+
+def _refuse_unsafe(source: str, dest: str, blobs: list[Blob], snapshots: Mapping[str, Snapshot]) -> None:
+    """Raise, naming the repo and the entry, when a snapshot holds an entry that could leave it on dest or a blob
+    is not named by its hash (read_manifests refuses such a manifest first: this is the copy's own guard)."""
+    problems = [(repo, problem) for repo, snapshot in snapshots.items()
+                for problem in models.snapshot_problems(snapshot.revision, dict(snapshot.links))]
+    problems += [(blob.repo, f"blob {models.shown(blob.name)} (not a hash)") for blob in blobs
+                 if not models.BLOB_NAME.fullmatch(blob.name)]
+    if problems:
+        repo, problem = problems[0]
+        raise SparkpairError(f"{repo}: unsafe entry in the snapshot to link on {dest}: {problem}; nothing was copied",
+                             node=dest,
+                             hint=f"remove {models.repo_dirname(repo)} from the HF cache's hub/ on {source} and rerun "
+                                  "sparkpair launch")
 
 
 def _follow(sender: RemoteProcess, result: CopyResult, blobs: list[Blob], progress: Progress,
@@ -264,6 +283,9 @@ def _received(result: CopyResult, value: Mapping[str, Any]) -> None:
     linked = value.get("linked", {}) or {}
     result.unlinked = {str(repo): [str(path) for path in missing]
                        for repo, missing in dict(linked).items() if missing}
+    refused = value.get("refused_links", {}) or {}
+    result.refused_links = {str(repo): [f"{models.shown(str(entry))}: {models.shown(str(problem))}"
+                                        for entry, problem in entries] for repo, entries in dict(refused).items()}
 
 
 def _verify_timeout(blobs: list[Blob]) -> float:

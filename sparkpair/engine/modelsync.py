@@ -39,14 +39,23 @@ class ModelOptions:
 
 
 def read_manifests(connection: NodeConnection, inventory: Inventory, repos: list[str]) -> Manifests:
-    """Each repo's manifest in the node's HF cache (one round trip)."""
-    asked = {repo: models.manifest(inventory.container.hf_cache, repo) for repo in repos}
+    """Each repo's manifest in the node's HF cache (one round trip). A manifest with an unsafe entry (a refs/main
+    that is no commit, a snapshot path or link not of huggingface_hub's form) raises: nothing is fetched into,
+    copied from or linked after such a cache."""
+    cache = inventory.container.hf_cache
+    asked = {repo: models.manifest(cache, repo) for repo in repos}
     facts = probes.gather(connection, list(asked.values()))
     manifests = {}
     for repo, probe in asked.items():
         value = facts.get(probe)
         if not isinstance(value, models.RepoManifest):
             raise SparkpairError(f"cannot read the HF cache for {repo}: {value}", node=connection.name)
+        if value.unsafe:
+            more = f" (and {len(value.unsafe) - 1} more)" if len(value.unsafe) > 1 else ""
+            raise SparkpairError(f"{repo}: unsafe entry in the HF cache: {value.unsafe[0]}{more}; sparkpair "
+                                 "copies nothing from it", node=connection.name,
+                                 hint=f"check who wrote it, remove {cache.rstrip('/')}/hub/{models.repo_dirname(repo)} "
+                                      f"on {connection.name} and rerun sparkpair launch")
         manifests[repo] = value
     return manifests
 
@@ -215,7 +224,9 @@ def _require(result: modelcopy.CopyResult, repo: str, progress: Progress) -> Non
             progress(Event(result.dest, f"a stream of the copy from {result.source} gave up ({error}); the other "
                                         "streams carried its chunks: every file arrived and was verified", "warning"))
         return
-    problem = (result.errors[0] if result.errors else
+    refused = [f"{repo}: {entry}" for repo, entries in result.refused_links.items() for entry in entries]
+    problem = (f"the node refused to link {refused[0]}" if refused else
+               result.errors[0] if result.errors else
                f"{len(result.bad)} files arrived corrupt" if result.bad else
                f"{len(result.missing)} files did not arrive" if result.missing else
                f"{sum(map(len, result.unlinked.values()))} snapshot files have no blob")

@@ -96,6 +96,10 @@ def _refusals(inventory: Inventory, node: Node, facts: NodeFacts, replace: bool)
             present = ", ".join(sorted(n for n in interfaces if n.startswith("en"))) or "none"
             problems.append(f"{node.name}: no interface {name} (present: {present}); fix nodes[].links")
     for path, netplan_file in sorted(facts[net.NETPLAN_FILES].items()):
+        if not net.is_netplan_path(path):  # never backed up, rewritten or removed (the probe's parser refuses it too)
+            problems.append(f"{node.name}: refusing the netplan path {path!r} the node reported: not a plain file "
+                            f"under {net.NETPLAN_DIR}")
+            continue
         overlap = sorted(netplan_file.interfaces & set(node.links))
         if path == NETPLAN_PATH or not overlap:
             continue

@@ -12,6 +12,8 @@ Holds the probe model and the batch runner here, and the probes by domain: `net`
 
 from __future__ import annotations
 
+import base64
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -21,8 +23,11 @@ from sparkpair.transport import TIMED_OUT, NodeConnection, Pair, Shell
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
-RECORD, STDERR, END = "\x1e", "\x1f", "\x1d"
-FILE_MARK = "\x1c"  # before each file (or section) of a probe printing several; the shell writes it as \034
+BATCH_HEAD = "\x1esparkpair-batch"  # the batch's first line; what precedes it (a login's rc files) is not the batch's
+SECTION_MARK = "\x1c"  # starts the name line of each section of a probe printing several (files); \034 in the shell
+CHANGED = "its output changed while the batch read it (a process it started kept writing); not trusted"
+_COUNT = re.compile(r"[0-9]{1,15}")
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 @dataclass(frozen=True)
@@ -103,10 +108,16 @@ def expanded_path(path: str) -> Shell:
 
 
 def batch_script(probes: Sequence[Probe[Any]]) -> Shell:
-    """One shell script running every probe concurrently, printing delimited results in order.
+    """One shell script running every probe concurrently, then printing every answer, framed out of band.
 
-    The framing uses shell builtins and a single `cat`: a fork per probe for the framing alone
-    cost a busy node about 0.15 s per round (doctor runs 26 probes per node).
+    Each probe's stdout and stderr go to files of their own. When all have ended the batch prints, in
+    this order: BATCH_HEAD and every probe's exit code (one line), each file's size in bytes (`stat`),
+    a US line, every file's bytes base64-encoded (one `cat | base64`), a GS line, and each file's size again.
+    No byte a probe prints reaches the stream unencoded, so none can forge a record, a size or another
+    probe's answer (a process name in `ss` output, a log line); a file whose size changed between the
+    two `stat`s (a probe left a writer behind) is known, and that record and the later ones are lost,
+    never misread (`parse_batch`). Four forks in all (two `stat`, `cat`, `base64`): a fork per probe
+    for the framing alone cost a busy node about 0.15 s per round (doctor runs 26 probes per node).
 
     The probes that mostly wait on the network (`waits`: the login to the peer, the pings) start
     first; then the batch's shell lowers its own priority (`renice -n 10`), so every probe started
@@ -115,19 +126,20 @@ def batch_script(probes: Sequence[Probe[Any]]) -> Shell:
     behind the heavy ones, and the round no longer ends with the login's tail: doctor went from
     0.80 s to 0.70 s on the simulated pair. With idle cores (a real Spark's 20) nothing changes.
     """
-    parts = [Shell("d=$(mktemp -d) || exit 97; trap 'rm -rf \"$d\"' EXIT; "
-                   "printf '\\037' >\"$d/S\"; printf '\\035' >\"$d/E\"")]
+    parts = [Shell("d=$(mktemp -d) || exit 97; trap 'rm -rf \"$d\"' EXIT")]
     waiting = [index for index, probe in enumerate(probes) if probe.waits]
     rest = [index for index, probe in enumerate(probes) if not probe.waits]
     starts = [_start(index, probes[index]) for index in waiting]
     if waiting and rest:
         starts.append(Shell("renice -n 10 -p $$ >/dev/null 2>&1"))
     parts += starts + [_start(index, probes[index]) for index in rest]
-    frames = []
-    for index in range(len(probes)):
-        parts.append(Shell(f"wait $p{index}; printf '\\036%s %s\\n' {index} $? >\"$d/{index}.h\""))
-        frames.append(f'"$d/{index}.h" "$d/{index}.o" "$d/S" "$d/{index}.e" "$d/E"')
-    parts.append(Shell("cat " + " ".join(frames)))
+    parts += [Shell(f"wait $p{index}; c{index}=$?") for index in range(len(probes))]
+    codes = " ".join(f"$c{index}" for index in range(len(probes)))
+    files = " ".join(f'"$d/{index}.o" "$d/{index}.e"' for index in range(len(probes)))
+    parts.append(Shell(f"printf '\\036sparkpair-batch %s\\n' \"{codes}\""))
+    if probes:
+        parts.append(Shell(f"stat -c %s {files}; printf '\\037\\n'; cat {files} | base64; printf '\\035\\n'; "
+                           f"stat -c %s {files}"))
     return Shell.compose(parts, "\n")
 
 
@@ -140,16 +152,94 @@ def _start(index: int, probe: Probe[Any]) -> Shell:
 
 
 def parse_batch(text: str) -> dict[int, tuple[int, str, str]]:
-    """Split a batch's stdout into probe index -> (exit code, stdout, stderr)."""
-    results = {}
-    for record in text.split(RECORD)[1:]:
-        header, _, rest = record.partition("\n")
-        index, _, code = header.rpartition(" ")
-        stdout, _, tail = rest.partition(STDERR)
-        stderr = tail.split(END, 1)[0]
-        if index.strip().isdigit():
-            results[int(index)] = (int(code) if code.strip().lstrip("-").isdigit() else 255, stdout, stderr)
-    return results
+    """Split a batch's stdout (`batch_script`) into probe index -> (exit code, stdout, stderr).
+
+    Empty when the framing is not whole: no header, a code or size that is not a number, counts that do
+    not agree, a body that is not base64 or not exactly as long as the sizes say (a cut stream). A probe
+    whose output changed while the batch read it, and every one after it, get exit 255 and CHANGED."""
+    start = text.find(BATCH_HEAD)
+    if start < 0:
+        return {}
+    header, newline, rest = text[start + len(BATCH_HEAD):].partition("\n")
+    before_text, unit, rest = rest.partition("\x1f\n")
+    encoded, group, after_text = rest.partition("\x1d\n")
+    codes, before, after = header.split(), _counts(before_text), _counts(after_text)
+    if not (codes and newline and unit and group) or not all(_COUNT.fullmatch(code) for code in codes):
+        return {}
+    if before is None or after is None or not len(before) == len(after) == 2 * len(codes):
+        return {}
+    try:
+        data = base64.b64decode(encoded.replace("\n", ""), validate=True)
+    except ValueError:
+        return {}
+    results: dict[int, tuple[int, str, str]] = {}
+    offset = 0
+    for index, code in enumerate(codes):
+        out_size, err_size = before[2 * index:2 * index + 2]
+        if [out_size, err_size] != after[2 * index:2 * index + 2]:
+            return {**results, **{later: (255, "", CHANGED) for later in range(index, len(codes))}}
+        out_end, end = offset + out_size, offset + out_size + err_size
+        results[index] = (int(code), data[offset:out_end].decode(errors="replace"),
+                          data[out_end:end].decode(errors="replace"))
+        offset = end
+    return results if offset == len(data) else {}
+
+
+def _counts(text: str) -> list[int] | None:
+    """The whitespace-separated decimal numbers text holds; None when it holds anything else."""
+    words = text.split()
+    return [int(word) for word in words] if all(_COUNT.fullmatch(word) for word in words) else None
+
+
+def section(name: str, command: str | None = None) -> str:
+    """Shell text printing one section of a probe's output that holds several (files, usually): a line of
+    SECTION_MARK and name (a shell word, `"$f"`, expanded on the node), then command's stdout base64-encoded.
+
+    So no byte of a file can end its section or start another (a log line, a netplan file); a name
+    holding a newline is skipped, with a line on stderr. Without command: an empty section. Costs one
+    `base64` fork per section. `parse_sections` reads them back; `format_sections` is its inverse."""
+    body = "" if command is None else f"{{ {command}; }} | base64"
+    return (f"case {name} in *'\n'*) echo 'skipped a name holding a newline' >&2;; "
+            f"*) printf '\\034%s\\n' {name}; {body or ':'};; esac")
+
+
+def parse_sections(text: str) -> dict[str, str]:
+    """The sections `section` printed: name -> content (UTF-8; bytes that are not, replaced), in order.
+
+    Raises ValueError for anything else: output before the first name, a line of neither, a name given
+    twice, base64 that does not decode. Names are as the node spelled them: the caller checks them."""
+    encoded: dict[str, list[str]] = {}
+    lines: list[str] | None = None
+    for line in text.split("\n"):
+        if line.startswith(SECTION_MARK):
+            name = line[len(SECTION_MARK):]
+            if name in encoded:
+                raise ValueError(f"the section {name!r} is given twice")
+            lines = encoded[name] = []
+        elif line:
+            if lines is None:
+                raise ValueError("output before the first section")
+            lines.append(line)
+    return {name: _decoded(name, lines) for name, lines in encoded.items()}
+
+
+def _decoded(name: str, lines: list[str]) -> str:
+    try:
+        return base64.b64decode("".join(lines), validate=True).decode(errors="replace")
+    except ValueError as error:
+        raise ValueError(f"the section {name!r} is not base64 ({error})") from None
+
+
+def format_sections(sections: Mapping[str, str]) -> str:
+    """What `section` prints for each (name, content): the inverse of `parse_sections` (tests, fixtures)."""
+    return "".join(f"{SECTION_MARK}{name}\n{base64.encodebytes(content.encode()).decode()}"
+                   for name, content in sections.items())
+
+
+def printable(name: str) -> bool:
+    """True when name (read from a node) holds no control, line-separator or bidi-override character: what a
+    name must be before it names a file, a tar member, or reaches a terminal."""
+    return not _UNPRINTABLE.search(name)
 
 
 def judge(probe: Probe[T], code: int, stdout: str, stderr: str) -> T | ProbeFailure:

@@ -18,19 +18,65 @@ from sparkpair.probes import Probe, expanded_path
 from sparkpair.transport import Shell
 
 BLOB_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+REVISION = re.compile(r"[0-9a-f]{40}")
+# Control characters (C0, DEL, C1), line and direction marks, and the bytes of a name that is not UTF-8
+# (decoded as surrogates): none belongs in a snapshot path, none is printed raw.
+UNSAFE_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\udc80-\udcff]")
+LISTING_CAP = 16 << 20   # bytes of a repo's listing read at most (about 100 000 files)
 DEFAULT_HUB = "https://huggingface.co"
 CONTENT = "model content"  # the verification probe's kind (doctor looks it up by kind: its budget varies)
 
 
+def shown(text: str, limit: int = 120) -> str:
+    """text fit for one line of output: every unsafe character as `\\xNN` / `\\uNNNN` (a byte that is not
+    UTF-8 as `\\xNN`), cut at limit characters."""
+    def escape(match: re.Match[str]) -> str:
+        code = ord(match[0])
+        return f"\\x{code - 0xDC00:02x}" if code >= 0xDC80 else f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+    safe = UNSAFE_CHARS.sub(escape, text)
+    return safe if len(safe) <= limit else safe[:limit] + "..."
+
+
+def snapshot_path_problem(path: str) -> str | None:
+    """Why path cannot name a file of a snapshot, or None: it must be relative and normalised (no empty,
+    `.` or `..` part) and hold no control character."""
+    if UNSAFE_CHARS.search(path):
+        return "holds a control character"
+    if path.startswith("/") or any(part in ("", ".", "..") for part in path.split("/")):
+        return "not a relative path inside the snapshot"
+    return None
+
+
+def link_problem(path: str, target: str) -> str | None:
+    """Why the link at snapshot path is not of huggingface_hub's own form, or None: relative, `../` once for
+    each folder up to the repo, then `blobs/` and a blob name (40 or 64 lowercase hex)."""
+    name = target.removeprefix("../" * (path.count("/") + 2) + "blobs/")
+    return None if name != target and BLOB_NAME.fullmatch(name) else "does not link to a blob of the repo"
+
+
+def snapshot_problems(revision: str, links: dict[str, str]) -> list[str]:
+    """What forbids linking a snapshot on a node (none for one parse_manifest accepted): the revision is
+    40 hex digits, every path a safe relative path, every blob named by its hash. One printable line each."""
+    problems = [] if REVISION.fullmatch(revision) else [f"revision '{shown(revision)}' (not 40 hex digits)"]
+    for path, blob in links.items():
+        problem = snapshot_path_problem(path) or (None if BLOB_NAME.fullmatch(blob) else "its blob is not a hash")
+        if problem:
+            problems.append(f"{shown(path)} -> {shown(blob)} ({problem})")
+    return problems
+
+
 @dataclass(frozen=True)
 class RepoManifest:
-    """A repo in the hub cache: its main revision, blobs (name -> size) and snapshot files."""
+    """A repo in the hub cache: its main revision, blobs (name -> size) and snapshot files, and the entries
+    refused as unsafe (one printable line each: a refs/main that is no commit, a path or a link not of HF's form)."""
 
     revision: str | None
     blobs: dict[str, int] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)      # snapshot path -> blob name
     incomplete: tuple[str, ...] = ()
     broken: tuple[str, ...] = ()                             # snapshot files whose blob is missing
+    unsafe: tuple[str, ...] = ()
 
     @property
     def present(self) -> bool:
@@ -38,8 +84,8 @@ class RepoManifest:
 
     @property
     def complete(self) -> bool:
-        """The main revision is fully there: every snapshot file has its blob, nothing half-written."""
-        return self.present and not self.broken and not self.incomplete
+        """The main revision is fully there: every snapshot file has its blob, nothing half-written or unsafe."""
+        return self.present and not self.broken and not self.incomplete and not self.unsafe
 
     @property
     def size(self) -> int:
@@ -61,40 +107,73 @@ def _size(value: int | None) -> str:
     return "missing" if value is None else f"{value} bytes"
 
 
-def parse_manifest(text: str) -> RepoManifest:
-    """Parse the manifest listing: `f<TAB>size<TAB>path<TAB>target` lines plus `ref<TAB>name<TAB>commit`.
+def _records(text: str) -> tuple[list[tuple[bytes, ...]], bytes | None]:
+    """The listing's find records (type, size, path, link target) and refs/main's bytes, from its base64."""
+    fields = base64.b64decode("".join(text.split()), validate=True).split(b"\0")
+    entries, ref, index = [], None, 0
+    while index < len(fields) - 1 and fields[index] != b"end":
+        kind = fields[index]
+        width = 4 if kind in (b"f", b"l") else 2 if kind == b"ref" else 0
+        if not width:
+            raise ValueError(f"an unexpected record {shown(kind.decode(errors='surrogateescape'), 20)}")
+        if kind == b"ref":
+            ref = fields[index + 1]
+        else:
+            entries.append(tuple(fields[index:index + 4]))
+        index += width
+    if index >= len(fields) - 1:  # no `end` followed by its NUL
+        raise ValueError(f"the listing was cut short (over {LISTING_CAP >> 20} MiB, or the node stopped)")
+    return entries, ref
 
-    Sample: f\t12345\tblobs/9f86d08...\t
-            l\t52\tsnapshots/3c1f.../config.json\t../../blobs/9f86d08...
-            ref\trefs/main\t3c1f...
+
+def parse_manifest(text: str) -> RepoManifest:
+    """Parse the manifest listing: base64 of NUL-separated records (no byte of a name or of refs/main frames
+    anything): `f|l, size, path, link target` per find entry, `ref, bytes of refs/main`, then `end`.
+    A listing without `end` (cut at LISTING_CAP, or the node stopped) raises ValueError.
+
+    Sample (decoded): f\0 10\0 blobs/9f86d08...\0 \0 l\0 52\0 snapshots/3c1f.../config.json\0
+                      ../../blobs/9f86d08...\0 ref\0 3c1f...\0 end\0
     """
-    refs, blobs, links, incomplete = {}, {}, {}, []
-    for line in text.splitlines():
-        kind, *rest = line.split("\t")
-        if kind == "ref" and len(rest) >= 2:
-            refs[rest[0].removeprefix("refs/")] = rest[1].strip()
-        elif kind == "f" and len(rest) >= 2 and rest[1].startswith("blobs/"):
-            name = rest[1].removeprefix("blobs/")
-            if BLOB_NAME.fullmatch(name):
-                blobs[name] = int(rest[0])
-            elif name.endswith(".incomplete"):
-                incomplete.append(name)
-        elif kind == "l" and len(rest) >= 3 and rest[1].startswith("snapshots/"):
-            links[rest[1].removeprefix("snapshots/")] = rest[2].rsplit("/", 1)[-1]
-    revision = refs.get("main")
-    prefix = f"{revision}/"
-    files = {path.removeprefix(prefix): blob for path, blob in links.items() if path.startswith(prefix)}
+    if not text.strip():
+        return RepoManifest(None)
+    entries, ref = _records(text)
+    blobs, links, incomplete, unsafe = {}, {}, [], []
+    revision = ref.removesuffix(b"\n").decode(errors="surrogateescape") if ref is not None else None
+    if revision is not None and not REVISION.fullmatch(revision):
+        unsafe.append(f"refs/main = '{shown(revision, 60)}' (not a 40-hex commit)")
+        revision = None
+    for kind, size, raw_path, raw_target in entries:
+        path, target = raw_path.decode(errors="surrogateescape"), raw_target.decode(errors="surrogateescape")
+        name = path.removeprefix("blobs/")
+        if kind == b"f" and name != path and BLOB_NAME.fullmatch(name) and size.isdigit():
+            blobs[name] = int(size)
+        elif kind == b"f" and name != path and name.endswith(".incomplete"):
+            incomplete.append(shown(name))
+        elif kind == b"l" and path == "refs/main":
+            unsafe.append("refs/main (a symlink)")
+        elif kind == b"l" and revision and path.startswith(f"snapshots/{revision}/"):
+            links[path.removeprefix(f"snapshots/{revision}/")] = target
+    files = {}
+    for path, target in links.items():
+        problem = snapshot_path_problem(path) or link_problem(path, target)
+        if problem:
+            unsafe.append(f"snapshots/{str(revision)[:12]}/{shown(path)} -> {shown(target)} ({problem})")
+        else:
+            files[path] = target.rsplit("/", 1)[-1]
     broken = tuple(sorted(path for path, blob in files.items() if blob not in blobs))
-    return RepoManifest(revision, blobs, files, tuple(incomplete), broken)
+    return RepoManifest(revision, blobs, files, tuple(incomplete), broken, tuple(unsafe))
 
 
 def manifest(hf_cache: str, repo: str) -> Probe[RepoManifest]:
-    """The manifest of repo in the node's HF cache (an absent repo gives an empty manifest)."""
+    """The manifest of repo in the node's HF cache (an absent repo gives an empty manifest): its entries
+    and refs/main NUL-separated (refs/main's own NULs made newlines), capped at LISTING_CAP, in base64."""
     directory = f"{hf_cache.rstrip('/')}/hub/models--{repo.replace('/', '--')}"
     command = Shell.compose([expanded_path(directory), Shell(
         'cd "$p" 2>/dev/null || exit 0; '
-        "find . -mindepth 2 \\( -type f -o -type l \\) -printf '%y\\t%s\\t%P\\t%l\\n'; "
-        'for r in refs/*; do [ -f "$r" ] && printf "ref\\t%s\\t%s\\n" "$r" "$(cat "$r")"; done; true')], "")
+        "{ find . -mindepth 2 \\( -type f -o -type l \\) -printf '%y\\0%s\\0%P\\0%l\\0'; "
+        "if [ -f refs/main ] && [ ! -h refs/main ]; then "
+        "printf 'ref\\000'; head -c 4096 refs/main | tr '\\000' '\\n'; printf '\\000'; fi; "
+        f"printf 'end\\000'; }} | head -c {LISTING_CAP} | base64")], "")
     return Probe("model", (hf_cache, repo), command, parse_manifest)
 
 
@@ -112,7 +191,7 @@ def _parse_access(text: str) -> tuple[bool, str]:
     return (bool(lines) and lines[0] == "writable", lines[1] if len(lines) > 1 else "")
 
 
-NODE_MODULES = ("mn_blobs", "mn_wire", "mn_receive", "mn_send", "mn_main")  # in import order
+NODE_MODULES = ("mn_blobs", "mn_links", "mn_wire", "mn_receive", "mn_send", "mn_main")  # in import order
 # Runs the modules the command needs (NODE_NEEDS; all of them for another command), in import order,
 # then mn_main: verify runs on every doctor and need not pay for the copy's sockets, subprocess and thread
 # pools (its start on a node: 50 ms -> 40 ms).
@@ -127,7 +206,7 @@ for name in [name for name in sources if name in needed]:
     exec(compile(sources[name], name + ".py", "exec"), module.__dict__)
 sys.exit(sys.modules["mn_main"].main(sys.argv))
 """
-NODE_NEEDS = {"verify": ("mn_blobs",), "watch": ("mn_blobs",), "recv": ("mn_blobs", "mn_wire", "mn_receive"),
+NODE_NEEDS = {"verify": ("mn_blobs",), "watch": ("mn_blobs",), "recv": ("mn_blobs", "mn_links", "mn_wire", "mn_receive"),
               "send": ("mn_blobs", "mn_wire", "mn_send")}
 
 
@@ -195,7 +274,7 @@ def parse_content(text: str) -> ContentCheck:
     data = json.loads(lines[-1].removeprefix("result "))
     repos = {name: RepoContent(int(entry.get("blobs", 0)), dict(entry.get("bad", {})),
                                tuple(entry.get("unverified", [])),
-                               tuple((str(path), str(problem)) for path, problem in entry.get("links", [])))
+                               tuple((shown(str(path)), shown(str(problem))) for path, problem in entry.get("links", [])))
              for name, entry in data["repos"].items()}
     return ContentCheck(repos, int(data.get("hashed_bytes", 0)), int(data.get("cached", 0)),
                         float(data.get("seconds", 0.0)))

@@ -11,10 +11,11 @@ from typing import Any
 
 import yaml
 
-from sparkpair.probes import FILE_MARK, Probe
+from sparkpair.probes import Probe, parse_sections, printable, section
 from sparkpair.transport import Shell
 
 NETPLAN_KINDS = ("ethernets", "bonds", "bridges", "vlans", "wifis")
+NETPLAN_DIR = "/etc/netplan/"
 
 
 @dataclass(frozen=True)
@@ -120,12 +121,21 @@ class NetplanFile:
 
 
 def parse_netplan_files(text: str) -> dict[str, NetplanFile]:
-    """Parse the concatenated netplan files (each preceded by FS + path + newline)."""
+    """Parse the netplan files, one section each (`probes.section`, named by path); raises ValueError for a
+    path that is not a plain file under /etc/netplan/ (setup-network would write or remove it)."""
     files = {}
-    for chunk in text.split(FILE_MARK)[1:]:
-        path, _, content = chunk.partition("\n")
+    for path, content in parse_sections(text).items():
+        if not is_netplan_path(path):
+            raise ValueError(f"refused the netplan path {path!r}: not a plain file under {NETPLAN_DIR}")
         files[path] = NetplanFile.read(path, content)
     return files
+
+
+def is_netplan_path(path: str) -> bool:
+    """True when path names a plain file directly in /etc/netplan/: no other directory, no `..`, no control
+    character (what setup-network may back up, rewrite or remove)."""
+    name = path.removeprefix(NETPLAN_DIR)
+    return path.startswith(NETPLAN_DIR) and name not in ("", ".", "..") and "/" not in name and printable(name)
 
 
 def _addresses_of(spec: dict[str, Any]) -> tuple[str, ...]:
@@ -242,7 +252,7 @@ SESSION_ROUTE = Probe("session route", (), Shell('set -- $SSH_CONNECTION; [ -z "
                       parse_routes)
 NETPLAN_FILES = Probe("netplan files", (), Shell(
     "for f in /etc/netplan/*.yaml /etc/netplan/*.yml; do [ -f \"$f\" ] || continue; "
-    "printf '\\034%s\\n' \"$f\"; cat \"$f\"; done"), parse_netplan_files, sudo=True)
+    + section('"$f"', 'cat "$f"') + "; done"), parse_netplan_files, sudo=True)
 
 
 def ethtool(interface: str) -> Probe[Ethtool]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from sparkpair.probes import FILE_MARK, Probe
+from sparkpair.probes import Probe, parse_sections, section
 from sparkpair.transport import Shell
 
 # Runs inside the container with the image's python3; prints one JSON list. Only facts leave it:
@@ -108,10 +108,9 @@ class OutputChunk:
 
 
 def parse_output(text: str) -> dict[str, OutputChunk]:
-    """Parse sections `\\x1cPATH SIZE\\n` + the new bytes, one per file."""
+    """Parse the sections (`probes.section`) named `PATH SIZE`, each holding that file's new bytes."""
     chunks = {}
-    for section in text.split(FILE_MARK)[1:]:
-        header, _, data = section.partition("\n")
+    for header, data in parse_sections(text).items():
         path, _, size = header.rpartition(" ")
         if path:
             chunks[path] = OutputChunk(int(size) if size.lstrip("-").isdigit() else -1, data)
@@ -126,8 +125,8 @@ def output(container: str, offsets: tuple[tuple[str, int], ...],
     """The size of each output file in container and at most limit bytes of it from its offset on (the next
     offset is min(size, offset + limit): a character cut at the limit is read as two halves)."""
     parts = [Shell('for a in "$@"; do f=${a%:*}; o=${a##*:}; s=$(stat -c %s "$f" 2>/dev/null || echo -1); '
-                   "printf '\\034%s %s\\n' \"$f\" \"$s\"; "
-                   '[ "$s" -gt "$o" ] && tail -c +$((o + 1)) "$f" | head -c {}; done; true', str(int(limit)))]
+                   + section('"$f $s"', '[ "$s" -gt "$o" ] && tail -c +$((o + 1)) "$f" | head -c {}')
+                   + "; done; true", str(int(limit)))]
     script = Shell.compose(parts, "").text
     argv = [f"{path}:{int(offset)}" for path, offset in offsets]
     command = Shell("docker exec {} sh -c {} sh" + " {}" * len(argv), container, script, *argv)

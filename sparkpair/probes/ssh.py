@@ -7,7 +7,7 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
-from sparkpair.probes import FILE_MARK, Probe
+from sparkpair.probes import Probe, parse_sections, section
 from sparkpair.transport import Shell
 
 
@@ -27,12 +27,11 @@ class SshFiles:
 
 
 def parse_ssh_files(text: str) -> SshFiles:
-    """Parse the FS-separated sections `pub`, `authorized_keys`, `known_hosts`, `hostname`, `host_keys`,
-    and `private_key` (present or absent, never its content)."""
+    """Parse the sections (`probes.section`) `pub`, `authorized_keys`, `known_hosts`, `hostname`, `host_keys`,
+    and `private_key` (present or absent, never its content), each named `present NAME` or `absent NAME`."""
     sections: dict[str, str | None] = {}
-    for chunk in text.split(FILE_MARK)[1:]:
-        name, _, content = chunk.partition("\n")
-        status, _, name = name.partition(" ")
+    for header, content in parse_sections(text).items():
+        status, _, name = header.partition(" ")
         sections[name] = content if status == "present" else None
     public = sections.get("pub")
     host_keys = tuple(key for key in (key_body(line) for line in (sections.get("host_keys") or "").splitlines()) if key)
@@ -43,10 +42,10 @@ def parse_ssh_files(text: str) -> SshFiles:
 
 SSH_FILES = Probe("ssh files", (), Shell(
     'for f in pub:.ssh/id_ed25519.pub authorized_keys:.ssh/authorized_keys known_hosts:.ssh/known_hosts; do '
-    'n=${f%%:*}; p="$HOME/${f#*:}"; if [ -f "$p" ]; then printf "\\034present %s\\n" "$n"; cat "$p"; '
-    'else printf "\\034absent %s\\n" "$n"; fi; done; printf "\\034present hostname\\n"; hostname; '
-    'printf "\\034present host_keys\\n"; cat /etc/ssh/ssh_host_*_key.pub 2>/dev/null; '
-    'if [ -e "$HOME/.ssh/id_ed25519" ]; then s=present; else s=absent; fi; printf "\\034%s private_key\\n" "$s"; true'),
+    'n=${f%%:*}; p="$HOME/${f#*:}"; if [ -f "$p" ]; then ' + section('"present $n"', 'cat "$p"')
+    + '; else ' + section('"absent $n"') + '; fi; done; ' + section('"present hostname"', "hostname") + "; "
+    + section('"present host_keys"', "cat /etc/ssh/ssh_host_*_key.pub 2>/dev/null") + "; "
+    'if [ -e "$HOME/.ssh/id_ed25519" ]; then s=present; else s=absent; fi; ' + section('"$s private_key"') + "; true"),
     parse_ssh_files)
 
 

@@ -79,15 +79,19 @@ class Copy:
 
     def __init__(self, tmp_path: Path, files: dict[str, tuple[str, int]], *, peers: list[str] | None = None,
                  sender_secret: str | None = None, streams: int = 3, chunk: int = 1 << 20,
-                 sender_files: list[dict] | None = None) -> None:
+                 sender_files: list[dict] | None = None, links: dict[str, str] | None = None,
+                 max_connections: int | None = None) -> None:
         self.source, self.dest = tmp_path / "a", tmp_path / "b"
         self.secret = secrets.token_hex(32)
         self.files = files
         self.receiver = start("recv")
-        self.receiver.stdin.write(json.dumps({  # type: ignore[union-attr]
-            "secret": self.secret, "listen": [[twin, 0] for twin in TWINS], "peers": peers or TWINS,
-            "hub": str(self.dest), "cache": str(tmp_path / "b-verified.json"), "files": job_files(files),
-            "repos": {REPO: {"revision": REVISION, "links": {name: b for name, (b, _) in files.items()}}}}) + "\n")
+        job = {"secret": self.secret, "listen": [[twin, 0] for twin in TWINS], "peers": peers or TWINS,
+               "hub": str(self.dest), "cache": str(tmp_path / "b-verified.json"), "files": job_files(files),
+               "repos": {REPO: {"revision": REVISION,
+                                "links": links or {name: b for name, (b, _) in files.items()}}}}
+        if max_connections is not None:
+            job["max_connections"] = max_connections
+        self.receiver.stdin.write(json.dumps(job) + "\n")  # type: ignore[union-attr]
         self.receiver.stdin.flush()  # type: ignore[union-attr]
         listening = self.receiver.stdout.readline()  # type: ignore[union-attr]
         self.addresses = json.loads(listening.split(" ", 1)[1])["addresses"]

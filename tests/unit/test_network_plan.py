@@ -14,7 +14,7 @@ from sparkpair.checks import judge, links
 from sparkpair.inventory import parse_inventory, read_inventory
 from sparkpair.network import plan as netplan
 from sparkpair.network import verify
-from sparkpair.probes import NodeFacts, host, net
+from sparkpair.probes import NodeFacts, format_sections, host, net
 
 PLAN_KEYS = {"interfaces": net.INTERFACES, "default_routes": net.DEFAULT_ROUTES, "ssh_session": net.SSH_SESSION,
              "session_route": net.SESSION_ROUTE, "routes": net.ROUTES, "netplan_files": net.NETPLAN_FILES,
@@ -133,7 +133,7 @@ def test_replace_refuses_a_twin_configured_through_match_bond_or_vlan(other: str
     facts = _facts()
     path = "/etc/netplan/40-cx7.yaml"
     for node in facts.values():
-        node[net.NETPLAN_FILES][path] = net.parse_netplan_files(f"\x1c{path}\n{other}")[path]
+        node[net.NETPLAN_FILES][path] = net.parse_netplan_files(format_sections({path: other}))[path]
     plan = netplan.plan_network(SIM, facts, replace=True)
     assert plan.changes == [] and len(plan.refusals) == 2
     assert plan.refusals[0].startswith(f"spark-a: {path} configures ") and "enp1s0f1np1" in plan.refusals[0]

@@ -4,6 +4,7 @@ pair (the top level; SOURCES.md says which file is which)."""
 
 from __future__ import annotations
 
+import base64
 import re
 import subprocess
 from pathlib import Path
@@ -11,7 +12,19 @@ from pathlib import Path
 import pytest
 
 from sparkpair.errors import ConnectError, ConnectionLost
-from sparkpair.probes import Probe, ProbeFailure, batch_script, docker, gather, host, models, net, parse_batch, round_lost
+from sparkpair.probes import (
+    Probe,
+    ProbeFailure,
+    batch_script,
+    docker,
+    format_sections,
+    gather,
+    host,
+    models,
+    net,
+    parse_batch,
+    round_lost,
+)
 from sparkpair.probes import judge as probes_judge
 from sparkpair.transport import TIMED_OUT, CommandResult, Shell
 
@@ -110,9 +123,9 @@ def test_interfaces_of_real_sparks() -> None:
 
 
 def test_netplan_owners_include_match_names() -> None:
-    text = "\x1c/etc/netplan/50-cloud-init.yaml\n" + captured("netplan-cloud-init.yaml") + \
-        "\x1c/etc/netplan/60-x.yaml\nnetwork:\n  ethernets:\n    cx:\n      match: {name: enp1s0f1np1}\n" + \
-        "\x1c/etc/netplan/70-broken.yaml\nnetwork: [\n"
+    text = format_sections({"/etc/netplan/50-cloud-init.yaml": captured("netplan-cloud-init.yaml"),
+                            "/etc/netplan/60-x.yaml": "network:\n  ethernets:\n    cx:\n      match: {name: enp1s0f1np1}\n",
+                            "/etc/netplan/70-broken.yaml": "network: [\n"})
     files = net.parse_netplan_files(text)
     assert files["/etc/netplan/50-cloud-init.yaml"].interfaces == {"enP7s7"}
     assert files["/etc/netplan/60-x.yaml"].interfaces == {"cx", "enp1s0f1np1"}
@@ -125,8 +138,8 @@ def test_netplan_addresses_are_read_once_per_file_by_the_parser() -> None:
     ours = ("network:\n  version: 2\n  ethernets:\n    enp1s0f1np1:\n      addresses: [198.19.1.11/24]\n"
             "      mtu: 9000\n    enP2p1s0f1np1:\n      addresses:\n        - 198.19.2.11/24\n"
             "  bonds:\n    bond0:\n      addresses: [10.9.9.9/24]\n")
-    text = "\x1c/etc/netplan/50-cloud-init.yaml\n" + captured("netplan-cloud-init.yaml") + \
-        "\x1c/etc/netplan/40-sparkpair-cx7.yaml\n" + ours + "\x1c/etc/netplan/70-broken.yaml\nnetwork: [\n"
+    text = format_sections({"/etc/netplan/50-cloud-init.yaml": captured("netplan-cloud-init.yaml"),
+                            "/etc/netplan/40-sparkpair-cx7.yaml": ours, "/etc/netplan/70-broken.yaml": "network: [\n"})
     files = net.parse_netplan_files(text)
     assert files["/etc/netplan/50-cloud-init.yaml"].addresses == {"enP7s7": ("198.18.0.11/24",)}
     assert files["/etc/netplan/40-sparkpair-cx7.yaml"].addresses == {"enp1s0f1np1": ("198.19.1.11/24",),
@@ -200,14 +213,16 @@ def test_listeners_name_the_process() -> None:
 
 def test_manifest_of_a_hub_cache_repo() -> None:
     sha = "a" * 64
-    text = (f"f\t10\tblobs/{sha}\t\nf\t3\tblobs/{'b' * 64}.incomplete\t\n"
-            f"l\t52\tsnapshots/{'c' * 40}/config.json\t../../blobs/{sha}\n"
-            f"l\t52\tsnapshots/{'c' * 40}/model.safetensors\t../../blobs/{'d' * 64}\n"
-            f"ref\trefs/main\t{'c' * 40}\n")
-    manifest = models.parse_manifest(text)
-    assert manifest.revision == "c" * 40 and manifest.blobs == {sha: 10}
+    listing = (f"f\0{10}\0blobs/{sha}\0\0f\0{3}\0blobs/{'b' * 64}.incomplete\0\0"
+               f"l\0{52}\0snapshots/{'c' * 40}/config.json\0../../blobs/{sha}\0"
+               f"l\0{52}\0snapshots/{'c' * 40}/model.safetensors\0../../blobs/{'d' * 64}\0"
+               f"ref\0{'c' * 40}\0end\0")
+    manifest = models.parse_manifest(base64.encodebytes(listing.encode()).decode())
+    assert manifest.revision == "c" * 40 and manifest.blobs == {sha: 10} and not manifest.unsafe
     assert manifest.broken == ("model.safetensors",) and manifest.incomplete and not manifest.complete
     assert models.parse_manifest("") == models.RepoManifest(None)
+    with pytest.raises(ValueError, match="cut short"):
+        models.parse_manifest(base64.b64encode(listing.encode()[:-5]).decode())
 
 
 def test_batch_runs_probes_concurrently_and_keeps_failures(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """Blobs of the HF cache on a node: hashing in parallel against their names, the node's cache of verified
-blobs, snapshot links (checking and making them), and the bytes under blobs/ while a download runs.
+blobs, snapshot links (checking them; mn_links makes them), and the bytes under blobs/ while a download runs.
 
 Part of sparkpair's node program for models (see mn_main); standard library only.
 """
@@ -19,7 +19,22 @@ HEX = frozenset("0123456789abcdef")
 def is_blob_name(name):
     """A blob's name is its hash: 40 (git blob sha1) or 64 (sha256) lowercase hex digits. (No `re`: the
     verify command starts on every doctor run, and importing re costs it about 8 ms.)"""
-    return len(name) in (40, 64) and HEX.issuperset(name)
+    return isinstance(name, str) and len(name) in (40, 64) and HEX.issuperset(name)
+
+
+# Characters no snapshot path, repo folder or revision holds: control characters (C0, DEL, C1), line and
+# direction marks, and the surrogates a name that is not UTF-8 decodes to (sparkpair.probes.models.UNSAFE_CHARS).
+UNSAFE = frozenset([chr(c) for c in range(0x20)] + [chr(c) for c in range(0x7F, 0xA0)] +
+                   ["\u061c", "\u200e", "\u200f"] + [chr(c) for c in range(0x2028, 0x202F)] +
+                   [chr(c) for c in range(0x2066, 0x206A)] + [chr(c) for c in range(0xDC80, 0xDD00)])
+
+
+def is_repo_folder(name):
+    """A repo's folder in the hub: models--org--name, one path component, nothing unsafe in it."""
+    return isinstance(name, str) and name.startswith("models--") and "/" not in name and \
+        name not in (".", "..") and not UNSAFE.intersection(name)
+
+
 READ = 8 << 20
 _print_lock = threading.Lock()
 
@@ -32,14 +47,21 @@ def emit(kind, value):
 
 def blob_digest(path, name):
     """The digest a blob's name must equal: sha256 (64 hex, LFS), else the git blob sha1 (40 hex)."""
-    size = os.path.getsize(path)
-    digest = hashlib.sha256() if len(name) == 64 else hashlib.sha1(b"blob %d\0" % size)
     with open(path, "rb", buffering=0) as handle:
-        while True:
-            data = handle.read(READ)
-            if not data:
-                return digest.hexdigest()
-            digest.update(data)
+        return fd_digest(handle.fileno(), name)
+
+
+def fd_digest(fd, name):
+    """blob_digest of the file open as fd (read from its start)."""
+    size = os.fstat(fd).st_size
+    digest = hashlib.sha256() if len(name) == 64 else hashlib.sha1(b"blob %d\0" % size)
+    offset = 0
+    while True:
+        data = os.pread(fd, READ, offset)
+        if not data:
+            return digest.hexdigest()
+        digest.update(data)
+        offset += len(data)
 
 
 def stamp(path):
@@ -229,39 +251,6 @@ def remove(path):
         os.unlink(path)
     except FileNotFoundError:
         pass
-
-
-def link_repos(hub, repos):
-    """Link each snapshot file whose blob is in place (atomically, relative, as huggingface_hub does);
-    write refs/main only when every file of the repo is linked. {repo: [files not linked]}."""
-    outcome = {}
-    for repo, spec in repos.items():
-        repo_dir = os.path.join(hub, repo)
-        snapshot = os.path.join(repo_dir, "snapshots", spec["revision"])
-        missing = []
-        for relative, blob in spec["links"].items():
-            target = os.path.join(repo_dir, "blobs", blob)
-            if not os.path.isfile(target):
-                missing.append(relative)
-                continue
-            path = os.path.join(snapshot, relative)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            wanted = os.path.relpath(target, os.path.dirname(path))
-            if os.path.islink(path) and os.readlink(path) == wanted:
-                continue
-            temp = f"{path}.{os.getpid()}.tmp"
-            remove(temp)
-            os.symlink(wanted, temp)
-            os.replace(temp, path)
-        if not missing:
-            refs = os.path.join(repo_dir, "refs")
-            os.makedirs(refs, exist_ok=True)
-            temp = os.path.join(refs, f".main.{os.getpid()}.tmp")
-            with open(temp, "w") as handle:
-                handle.write(spec["revision"])
-            os.replace(temp, os.path.join(refs, "main"))
-        outcome[repo] = missing
-    return outcome
 
 
 def watch(options):

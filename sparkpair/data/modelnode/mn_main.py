@@ -10,7 +10,8 @@ sparkpair; standard library only (Python 3.8+; DGX OS has 3.12). Commands:
                 (path, size, mtime, ctime, inode) was verified before; check every snapshot link.
   recv          (job on stdin, with the one-time secret) listen on the given addresses, accept only
                 the given peers that prove the secret, write the chunks they send into partial files,
-                verify each whole file, move it into blobs/, link the snapshots; `end` on stdin
+                verify each whole file, move it into blobs/, link the snapshots (mn_links: only inside
+                each snapshot, only after checking every entry of the job); `end` on stdin
                 finishes, end of stdin aborts (whole, verified files are kept; partial ones removed).
   send          (job on stdin) send the files as chunks over several streams per twin, largest file
                 first, a failed stream's chunk going to another; raw TCP or `ssh -W` per stream.

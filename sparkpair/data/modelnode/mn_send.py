@@ -11,7 +11,7 @@ import threading
 import time
 from collections import deque
 
-from mn_blobs import emit
+from mn_blobs import emit, is_blob_name, is_repo_folder
 from mn_wire import Stream
 
 
@@ -26,6 +26,9 @@ class Sender:
                            for f in sorted(job["files"], key=lambda f: -f["size"])
                            for offset in range(0, max(f["size"], 1), size))
         self.files = {f["id"]: f for f in job["files"]}
+        for entry in self.files.values():
+            if not is_repo_folder(entry["repo"]) or not is_blob_name(entry["blob"]):
+                raise ValueError(f"file {entry['id']} of the job is not a blob of a repo in the hub")
         self.flying, self.lock, self.changed = 0, threading.Lock(), threading.Condition(threading.Lock())
         self.sent = {target["name"]: 0 for target in job["targets"]}
         self.by_repo = {}
@@ -66,7 +69,7 @@ class Sender:
                     self.first = self.first or time.monotonic()
                 entry = self.files[chunk[0]]
                 if entry["id"] not in handles:
-                    handles[entry["id"]] = open(os.path.join(self.hub, entry["repo"], "blobs", entry["blob"]), "rb")
+                    handles[entry["id"]] = self.open_blob(entry)
                 stream.send_chunk(handles[entry["id"]], *chunk)
                 self.settle(chunk, True, target["name"])
                 failures = 0
@@ -88,6 +91,11 @@ class Sender:
             stream.close(True)
         for handle in handles.values():
             handle.close()
+
+    def open_blob(self, entry):
+        """The blob to send, opened without following a symlink planted at its name."""
+        path = os.path.join(self.hub, entry["repo"], "blobs", entry["blob"])
+        return os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)), "rb")
 
     def report(self):
         while not self.aborted.wait(0.5):

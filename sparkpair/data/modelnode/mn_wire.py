@@ -12,6 +12,7 @@ import select
 import socket
 import struct
 import subprocess
+import time
 
 HEADER = struct.Struct("!IQQ")     # file id, offset, length
 ACK = struct.Struct("!IQ")
@@ -20,6 +21,7 @@ MAGIC = b"SPKPAIR1"
 PIPE_BYTES = 1 << 20
 IO_TIMEOUT = 15.0                  # a stream that moves nothing this long is given up (its chunk goes elsewhere)
 CONNECT_TIMEOUT = 5.0
+HANDSHAKE_TIMEOUT = 10.0           # the whole handshake: a peer that trickles its bytes gives its slot up
 
 
 def read_exact(reader, size):
@@ -36,11 +38,22 @@ def prove(secret, role, nonce_r, nonce_s):
     return hmac.new(secret, role + nonce_r + nonce_s, hashlib.sha256).digest()
 
 
-def server_handshake(sock, secret):
-    """Receiver side: a fresh challenge; the sender must answer with the secret's HMAC, then we prove ours."""
+def server_handshake(sock, secret, seconds=HANDSHAKE_TIMEOUT):
+    """Receiver side: a fresh challenge; the sender must answer with the secret's HMAC within seconds of the
+    start (TimeoutError else), then we prove ours."""
+    deadline = time.monotonic() + seconds
+
+    def recv(size):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the peer did not answer the handshake in time")
+        sock.settimeout(left)
+        return sock.recv(size)
+
     nonce_r = os.urandom(16)
+    sock.settimeout(seconds)
     sock.sendall(MAGIC + nonce_r)
-    answer = read_exact(sock.recv, 48)
+    answer = read_exact(recv, 48)
     nonce_s, proof = answer[:16], answer[16:]
     if not hmac.compare_digest(proof, prove(secret, b"sender", nonce_r, nonce_s)):
         raise PermissionError("the peer did not prove the one-time secret")
