@@ -14,6 +14,7 @@ import pytest
 
 from sparkpair import paths
 from sparkpair.inventory import Inventory, read_inventory
+from sparkpair.network import watchdog
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -44,7 +45,8 @@ def sparkpair_reset_spec(inventory: Inventory) -> dict:
     return {
         "containers": [inventory.container.name],
         "paths": [paths.STATE_DIR, paths.NODE_KEY, f"{paths.NODE_KEY}.pub", paths.KNOWN_HOSTS,
-                  paths.NETPLAN_PATH, FOREIGN_NETPLAN, paths.SYSTEM_BACKUPS, paths.WATCHDOG_DIR, paths.WATCHDOG_LOG],
+                  paths.NETPLAN_PATH, FOREIGN_NETPLAN, paths.SYSTEM_BACKUPS, paths.WATCHDOG_DIR, paths.WATCHDOG_LOG,
+                  watchdog.BOOT_DIR],
         "authorized_key_comments": [paths.node_key_comment("*")],
         "interfaces": sorted({name for node in inventory.nodes for name in node.links}),
     }

@@ -5,8 +5,11 @@ network back as it was unless confirmed within `--confirm-timeout`. Then the cha
 (`netplan apply` bounded in time: it may cut the very SSH session it runs in), sparkpair reaches
 both nodes again over NEW SSH connections and verifies the link with doctor's own checks, and only
 then confirms. Anything short of that (a failed apply, a node that does not come back, a link that
-does not verify, a Ctrl-C) reverts both nodes: a node sparkpair can reach reverts now, one it
-cannot reach reverts by itself at its deadline, and sparkpair waits for it to come back.
+does not verify, a watchdog that fired before its node's confirmation, a Ctrl-C) reverts both
+nodes: a node sparkpair can reach reverts now, one it cannot reach reverts by itself at its
+deadline, and sparkpair waits for it to come back; a node that confirmed while the other did not is
+rolled back from its journal. Then each node is checked against its state before the apply (files
+and twins), and the report says what each one holds.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from sparkpair import apply
 from sparkpair.apply import firsttouch
 from sparkpair.errors import SparkpairError
+from sparkpair.inventory import Node
 from sparkpair.network import plan as netplan
 from sparkpair.network import rollback, verify, watchdog
 from sparkpair.network.run import SetupRun
@@ -27,6 +33,7 @@ from sparkpair.transport import NodeConnection, Pair
 CONFIRM_MARGIN_S = 5.0    # confirm at least this long before a watchdog may fire
 REVERT_MARGIN_S = 30.0    # how long past its deadline a node gets to come back by itself
 RETRY_S = 1.0
+SETTLE_S = 5.0            # how long a node rolled back from its journal gets to show its old twins
 
 
 def apply_timeout(confirm_timeout: float) -> float:
@@ -59,6 +66,7 @@ def apply_network(run: SetupRun) -> bool:
     names = [name for name in run.pair.nodes if any(change.node == name for change in changes)]
     before = {name: rollback.twins_snapshot(run.inventory.node(name), run.plan.facts[name][net.INTERFACES])
               for name in names}
+    run.twins_before = before
     run.stage = "arming the watchdogs"
 
     def arm(connection: NodeConnection) -> None:
@@ -113,18 +121,60 @@ def _verify_and_confirm(run: SetupRun) -> bool:
         revert(run, "verified too late to confirm before the watchdogs' deadline; try a longer --confirm-timeout")
         return False
     run.stage = "confirming the new network"
-    confirmed = run.pair.each(watchdog.confirm, names=list(run.armed))
-    kept = [name for name, ok in confirmed.values.items() if ok]
-    run.network_confirmed += kept
-    for name in kept:
+    asked = list(run.armed)
+    answers = run.pair.each(watchdog.confirm, names=asked)
+    verdict = judge_confirmation(asked, answers.values, answers.failed)
+    run.network_confirmed += verdict.kept
+    for name in verdict.kept:
         del run.armed[name]
-        run.say(name, "confirmed over a new SSH connection with the link verified: watchdog disarmed, the new "
-                      "network stays")
-    if not run.armed:
+    if verdict.keep:
+        for name in verdict.kept:
+            run.say(name, "confirmed over a new SSH connection with the link verified: watchdog disarmed, the new "
+                          "network stays")
         return True
-    run.errors([f"{name}: its watchdog fired before sparkpair could confirm" for name in run.armed])
-    revert(run, "a watchdog fired before the confirmation")
+    run.errors([f"{name}: {why}" for name, why in verdict.missed.items()])
+    for name in verdict.kept:
+        run.say(name, verdict.rolling_back(name), "warning")
+    revert(run, "a watchdog fired before the confirmation" if verdict.fired else "a node could not be confirmed")
     return False
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """What the confirmations said: the nodes that kept the new network, and each node that did not, why.
+
+    The new network stays only when every node kept it; otherwise both nodes go back as before, those
+    that kept it too (from their journals): a pair is never left with one node on each side."""
+
+    kept: list[str]
+    missed: dict[str, str]
+    fired: bool  # some node answered that its watchdog had fired (rather than not answering)
+
+    @property
+    def keep(self) -> bool:
+        return not self.missed
+
+    def rolling_back(self, name: str) -> str:
+        """What is said of a node that kept the new network when another did not."""
+        others = ", ".join(self.missed)
+        return (f"confirmed, but {others} {'was' if len(self.missed) == 1 else 'were'} not: rolling {name} back too, "
+                "so that both nodes end as before")
+
+
+def judge_confirmation(asked: Sequence[str], answers: Mapping[str, bool],
+                       errors: Mapping[str, BaseException]) -> Confirmation:
+    """The confirmations' verdict (pure): answers[node] is True when the node kept the new network, False
+    when its watchdog had fired; a node in errors did not answer (whether it kept it is unknown)."""
+    missed: dict[str, str] = {}
+    for name in asked:
+        if name in errors:
+            error = errors[name]
+            said = error.message if isinstance(error, SparkpairError) else f"{type(error).__name__}: {error}"
+            missed[name] = f"could not be confirmed ({said}); its state is checked below"
+        elif answers.get(name) is not True:
+            missed[name] = "its watchdog fired before sparkpair could confirm"
+    fired = any(name not in errors and answers.get(name) is not True for name in asked)
+    return Confirmation([name for name in asked if name not in missed], missed, fired)
 
 
 def reconnect(pair: Pair, seconds: float, names: list[str] | None = None) -> list[str]:
@@ -161,31 +211,78 @@ def cancel(run: SetupRun) -> None:
 
 
 def revert(run: SetupRun, why: str, cut_off: list[str] | None = None) -> None:
-    """Put every node whose watchdog is armed back as before: now where sparkpair reaches it, by its
-    own watchdog where it does not (then wait until it is back); then report each node's state.
+    """Put every node this run changed back as before, and check it: a node whose watchdog is armed
+    reverts now where sparkpair reaches it, by its own watchdog where it does not (then sparkpair waits
+    until it is back); then each node's files and twins are compared with before the apply, and a node
+    not as before (one that confirmed, or whose watchdog fired before its apply ended) is rolled back
+    from its journal. Then each node's state is reported, as `ip addr` shows it.
 
     cut_off: nodes known to be unreachable (their watchdog is left to fire)."""
     run.stage = "rolling back"
     run.say("", f"rolling back both nodes ({why})")
-    back: dict[str, str] = {}
+    back: set[str] = set()       # nodes whose watchdog is done
+    settled: set[str] = set()    # nodes checked as before (or rolled back to it)
+    said: dict[str, list[str]] = {}
 
     def put_back(connection: NodeConnection) -> None:
-        back[connection.name] = _back(run, connection, connection.name in (cut_off or []))
+        lines = said.setdefault(connection.name, [])
+        if connection.name in run.armed:
+            lines.append(_back(run, connection, connection.name in (cut_off or [])))
+            back.add(connection.name)
+        lines += _settle(run, connection)
+        settled.add(connection.name)
 
+    names = [name for name in run.pair.nodes if name in run.armed or name in run.twins_before]
     try:  # Ctrl-C meanwhile: every node still finishes coming back, then it is reported and raised
-        result = run.pair.each(put_back, names=list(run.armed))
+        result = run.pair.each(put_back, names=names)
     except KeyboardInterrupt:
         result = None
-    for name in list(run.armed):
-        if name in back:
-            run.say(name, back[name])
-            del run.armed[name]
+    for name in names:
+        for line in said.get(name, []):
+            run.say(name, line)
+    for name in back:
+        run.armed.pop(name, None)
+    run.network_confirmed[:] = [name for name in run.network_confirmed if name not in settled]
     if result is not None:
         run.errors(result.error_lines("rollback"))
-    run.result.rolled_back = not run.armed
+    run.result.rolled_back = settled == set(names) and not run.armed
     report_states(run)
     if result is None:
         raise KeyboardInterrupt
+
+
+def _settle(run: SetupRun, connection: NodeConnection) -> list[str]:
+    """Check that a node whose watchdog is done holds what it held before this run (its journal's files, its
+    twins); roll it back from its journal when it does not. What was done; raises when it is not as before."""
+    name = connection.name
+    node, before = run.inventory.node(name), run.twins_before.get(name)
+    if before is None:
+        return []
+    journal = apply.read_journal(connection, netplan.JOURNAL)
+    ours = journal if journal is not None and journal.stamp == run.plan.stamp else None
+    found = rollback.differences(connection, node, before, ours)
+    said = []
+    if found and ours is not None:
+        done = rollback.roll_back(connection, node)
+        said.append(f"still held this run's network ({'; '.join(found)}): rolled back from its journal: "
+                    f"{'; '.join(done)}")
+        found = _settled(connection, node, before, ours)
+    elif ours is not None:
+        apply.mark_restored(connection, netplan.JOURNAL)  # put back by its watchdog: not to be undone again
+    if found:
+        raise SparkpairError(f"not back as before this run: {'; '.join(found)}", node=name,
+                             hint="sparkpair setup-network --restore puts it back as before sparkpair first changed it")
+    return [*said, "back as before this run: its netplan files and QSFP twins as they were"]
+
+
+def _settled(connection: NodeConnection, node: Node, before: str, journal: apply.Journal) -> list[str]:
+    """What is still not as before after a rollback, polled for a few seconds (networkd settles)."""
+    until = time.monotonic() + SETTLE_S
+    while True:
+        found = rollback.differences(connection, node, before, journal)
+        if not found or time.monotonic() >= until:
+            return found
+        time.sleep(RETRY_S)
 
 
 def _back(run: SetupRun, connection: NodeConnection, cut_off: bool) -> str:
@@ -203,9 +300,6 @@ def _back(run: SetupRun, connection: NodeConnection, cut_off: bool) -> str:
                 asked = True
                 watchdog.revert(connection)
             if where == "gone":
-                journal = apply.read_journal(connection, netplan.JOURNAL)
-                if journal is not None and journal.stamp == run.plan.stamp:
-                    apply.mark_restored(connection, netplan.JOURNAL)
                 said = "; ".join(watchdog.log_tail(connection)) or "no log"
                 how = "reverted now" if asked else "came back by itself (reached over a new SSH connection)" \
                     if cut_off else "reverted by its watchdog"

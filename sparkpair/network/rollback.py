@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 
-from sparkpair import apply
+from sparkpair import apply, probes
 from sparkpair.inventory import Node
 from sparkpair.network.plan import APPLY_NETPLAN, JOURNAL
 from sparkpair.probes import net
@@ -37,14 +37,56 @@ def snapshot_commands(node: Node, snapshot: str) -> Shell:
     return Shell.compose(twin_commands(node, snapshot), " && ")
 
 
+def _words(state: dict[str, object] | None) -> str:
+    """One twin's state in words: `down mtu 1500 no address`, `up mtu 9000 198.19.1.11/24`, or `absent`."""
+    if state is None:
+        return "absent"
+    addresses = state.get("ipv4")
+    shown = ",".join(map(str, addresses)) if isinstance(addresses, list) else ""
+    return f"{'up' if state.get('up') else 'down'} mtu {int(str(state['mtu']))} {shown or 'no address'}"
+
+
 def describe_twins(node: Node, snapshot: str) -> str:
     """The twins' state in a snapshot, in words: `enp1s0f1np1 down mtu 1500 no address; ...`."""
-    parts = []
-    for name, state in json.loads(snapshot).items():
-        if name in node.links:
-            parts.append(f"{name} {'up' if state.get('up') else 'down'} mtu {int(state['mtu'])} "
-                         f"{','.join(state.get('ipv4', [])) or 'no address'}")
-    return "; ".join(parts)
+    return "; ".join(f"{name} {_words(state)}" for name, state in json.loads(snapshot).items() if name in node.links)
+
+
+def _comparable(state: dict[str, object] | None) -> tuple[int, bool, list[str]] | None:
+    if state is None:
+        return None
+    addresses = state.get("ipv4")
+    return int(str(state["mtu"])), bool(state.get("up")), sorted(map(str, addresses if isinstance(addresses, list)
+                                                                     else []))
+
+
+def twins_changed(node: Node, snapshot: str, interfaces: dict[str, net.Interface]) -> list[str]:
+    """Each of node's twins that is not as snapshot says (MTU, up or down, IPv4 addresses), in words:
+    `enp1s0f1np1 is up mtu 9000 198.19.1.11/24, was down mtu 1500 no address`; empty when all are."""
+    before, now = json.loads(snapshot), json.loads(twins_snapshot(node, interfaces))
+    return [f"{name} is {_words(now.get(name))}, was {_words(before.get(name))}" for name in node.links
+            if _comparable(now.get(name)) != _comparable(before.get(name))]
+
+
+def files_changed(connection: NodeConnection, journal: apply.Journal) -> list[str]:
+    """Each file of an apply's journal that is not as before that apply (its backup's content, or absent)."""
+    entries = [(str(entry["path"]), entry.get("backup")) for entry in journal.entries]
+    checks = [Shell("cmp -s {} {} || echo {}", str(backup), path, index) if backup else
+              Shell("[ ! -e {} ] || echo {}", path, index) for index, (path, backup) in enumerate(entries)]
+    if not checks:
+        return []
+    differing = connection.check(Shell.compose(checks, "; "), sudo=True).split()
+    return [f"{path} {'differs from its backup' if backup else 'is there (it was not)'}"
+            for index, (path, backup) in enumerate(entries) if str(index) in differing]
+
+
+def differences(connection: NodeConnection, node: Node, snapshot: str, journal: apply.Journal | None) -> list[str]:
+    """What on node is not as before an apply: its journal's files, then its twins (snapshot); empty when
+    the node is as before."""
+    found = files_changed(connection, journal) if journal is not None else []
+    interfaces = probes.gather(connection, [net.INTERFACES]).get(net.INTERFACES)
+    if not isinstance(interfaces, dict):
+        return [*found, f"its twins could not be read: {interfaces}"]
+    return found + twins_changed(node, snapshot, interfaces)
 
 
 def roll_back(connection: NodeConnection, node: Node) -> list[str]:

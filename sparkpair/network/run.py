@@ -81,6 +81,7 @@ class SetupRun:
     result: SetupResult = field(default_factory=SetupResult)
     stage: str = "starting"
     armed: dict[str, Armed] = field(default_factory=dict)     # watchdogs not yet confirmed, per node
+    twins_before: dict[str, str] = field(default_factory=dict)  # the nodes whose network changes: their twins before
     network_applied: bool = False     # this run's network changes started on a node (armed first)
     network_confirmed: list[str] = field(default_factory=list)  # nodes whose new network this run kept
     trust_started: bool = False       # this run's SSH changes started

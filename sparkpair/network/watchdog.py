@@ -11,6 +11,12 @@ where systemd does not run), else a detached process (`setsid`, `sleep`, then th
 `confirm` keeps the new network and disarms it; `revert` runs it now; `state` reads where it is.
 Each is one round trip over an open connection; the script logs to /var/log/sparkpair-watchdog.log
 and removes its directory when it ends, whichever way.
+
+A reboot inside the confirm window empties /run and ends the timer, while the new netplan file in
+/etc/netplan stays: so `arm` also keeps a copy of the directory on disk (`BOOT_DIR`, synced before
+any change) and, where systemd runs, enables a boot unit (`BOOT_UNIT`) that runs the copy's
+`boot` at the next boot: it puts the directory back in /run and reverts, as if the timer had fired.
+Every end of the watchdog (confirm, cancel, revert, fire) removes the copy and the unit first.
 """
 
 from __future__ import annotations
@@ -32,6 +38,11 @@ NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 NETPLAN_TIMEOUT_S = 120  # the script's own bound on `netplan apply` (it must end, and remove itself)
 CONFIRM = f"sudo sh {SCRIPT} confirm"
 REVERT = f"sudo sh {SCRIPT} revert"
+BOOT_DIR = "/var/backups/sparkpair-watchdog"  # the armed directory's copy that survives a reboot
+BOOT_SCRIPT = f"{BOOT_DIR}/watchdog"
+BOOT_UNIT = "sparkpair-watchdog-boot.service"
+BOOT_UNIT_FILE = f"/etc/systemd/system/{BOOT_UNIT}"
+BOOT_WANTS = f"/etc/systemd/system/multi-user.target.wants/{BOOT_UNIT}"
 
 
 def unit_name(stamp: str) -> str:
@@ -56,7 +67,7 @@ def script(node: Node, stamp: str, seconds: int, files: Sequence[str], twins_bef
         f"#   undo it now (revert):           {REVERT}",
         f"PATH={NODE_PATH}; export PATH",
         "trap '' HUP",
-        f"dir={q(DIR)}; log={q(LOG)}",
+        f"dir={q(DIR)}; log={q(LOG)}; boot={q(BOOT_DIR)}",
         f"say() {{ printf '%s %s: %s\\n' \"$(date '+%Y-%m-%d %H:%M:%S')\" {q(node.name)} \"$*\" >>\"$log\"; }}",
         'fail() { say "failed: $*"; failed=1; }',
         # the detached timer is a process group (setsid); dash's own kill cannot signal a group: procps' can
@@ -65,9 +76,17 @@ def script(node: Node, stamp: str, seconds: int, files: Sequence[str], twins_bef
         '    if [ -s "$dir/pid" ]; then env kill -s TERM -- "-$(cat "$dir/pid")" >/dev/null 2>&1; fi',
         "    return 0",
         "}",
+        # the copy that reverts at the next boot: forgotten when the watchdog ends (confirmed, cancelled, reverted)
+        f'forget() {{ rm -f {q(BOOT_WANTS)} {q(BOOT_UNIT_FILE)}; rm -rf "$boot"; sync; }}',
         'case "$1" in',
+        "boot)",
+        '    if [ ! -e "$boot/armed" ]; then echo "nothing to revert at boot"; exit 0; fi',
+        '    rm -rf "$dir" && cp -a "$boot" "$dir" || { say "failed: cannot put $boot back in $dir"; exit 1; }',
+        f'    exec /bin/sh "$dir/watchdog" fire {q(stamp)} boot',
+        "    ;;",
         "confirm|cancel)",
         '    if ! mv "$dir/armed" "$dir/confirmed" 2>/dev/null; then echo "not armed (it reverted already)"; exit 3; fi',
+        "    forget",
         "    disarm",
         f'    if [ "$1" = confirm ]; then say "confirmed: the network sparkpair applied (run {stamp}) stays"; '
         "echo confirmed; "
@@ -79,6 +98,7 @@ def script(node: Node, stamp: str, seconds: int, files: Sequence[str], twins_bef
         '    if ! mv "$dir/armed" "$dir/reverting" 2>/dev/null; then echo "not armed (confirmed, or reverted)"; exit 0; fi',
         "    failed=0",
         '    if [ "$1" = revert ]; then disarm; why="revert asked"; '
+        'elif [ "$3" = boot ]; then why="the node restarted before the network was confirmed"; '
         f'else why="not confirmed within {seconds} s"; fi',
         f'    say "$why: putting the network back as it was before sparkpair\'s apply (run {stamp})"',
     ]
@@ -93,10 +113,11 @@ def script(node: Node, stamp: str, seconds: int, files: Sequence[str], twins_bef
         '    if [ "$failed" = 0 ]; then',
         f'        say {q("reverted: " + (rollback.describe_twins(node, twins_before) or "no QSFP twin recorded"))}',
         '    else say "reverted, with the failures above"; fi',
+        "    forget",  # only now: a reboot while it reverted reverts again at boot
         '    rm -rf "$dir"',
         '    echo "reverted"',
         "    ;;",
-        '*) echo "usage: sudo sh $0 confirm|revert" >&2; exit 2 ;;',
+        '*) echo "usage: sudo sh $0 confirm|revert|boot" >&2; exit 2 ;;',
         "esac",
     ]
     return "\n".join(lines) + "\n"
@@ -125,19 +146,54 @@ def arm_command(stamp: str, seconds: int, files: Sequence[str], staged: str) -> 
     parts = [Shell("trap 'rm -f {}' EXIT", staged),
              Shell('d={}; if [ -e "$d/armed" ] || [ -e "$d/reverting" ]; then echo "an earlier watchdog is pending '
                    'in $d (deadline $(cat "$d/deadline" 2>/dev/null))" >&2; exit 3; fi', DIR),
+             Shell("if [ -e {} ]; then echo {} >&2; exit 3; fi", f"{BOOT_DIR}/armed",
+                   f"an earlier watchdog's node restarted before its network was confirmed, and nothing reverted it: "
+                   f"put that network back with: sudo sh {BOOT_SCRIPT} boot (or keep it: sudo rm -rf {BOOT_DIR})"),
              Shell('rm -rf "$d" && mkdir -m 755 "$d" && mkdir -m 700 "$d/before" && install -m 700 -o root -g root {} '
                    "{} || exit 1", staged, SCRIPT)]
     parts += [Shell("if [ -e {} ]; then cp -a {} {} || exit 1; fi", path, path, _saved(path)) for path in files]
     parts.append(Shell('echo $(( $(date +%s) + {} )) > "$d/deadline" && : > "$d/armed" || exit 1', seconds))
+    parts.append(boot_revert_command(stamp))
     parts.append(Shell(
         'if [ -d /run/systemd/system ] && [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ] && '
         "command -v systemd-run >/dev/null 2>&1; then "
         "systemd-run --quiet --collect --unit={} --on-active={} --timer-property=AccuracySec=1s /bin/sh {} fire {} "
-        '</dev/null >/dev/null || { rm -rf "$d"; exit 1; }; echo {} > "$d/unit"; echo "systemd {}"; '
+        '</dev/null >/dev/null || { rm -rf "$d" {} {} {}; exit 1; }; echo {} > "$d/unit"; echo "systemd {}"; '
         "else setsid /bin/sh -c {} </dev/null >/dev/null 2>&1 & "
         'echo $! > "$d/pid"; echo "detached $!"; fi',
-        unit, f"{seconds}s", SCRIPT, stamp, unit, unit, f"sleep {seconds}; exec /bin/sh {SCRIPT} fire {stamp}"))
+        unit, f"{seconds}s", SCRIPT, stamp, BOOT_DIR, BOOT_UNIT_FILE, BOOT_WANTS, unit, unit,
+        f"sleep {seconds}; exec /bin/sh {SCRIPT} fire {stamp}"))
     return Shell.compose(parts, "\n")
+
+
+def boot_unit(stamp: str) -> str:
+    """The systemd unit that reverts, at the next boot, the network of run stamp if it was never confirmed."""
+    return "\n".join([
+        "[Unit]",
+        f"Description=sparkpair setup-network watchdog: revert run {stamp}'s network, not confirmed before a reboot",
+        f"ConditionPathExists={BOOT_DIR}/armed",
+        "After=network.target",
+        "",
+        "[Service]",
+        "Type=oneshot",
+        f"ExecStart=/bin/sh {BOOT_SCRIPT} boot",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        ""])
+
+
+def boot_revert_command(stamp: str) -> Shell:
+    """The root command (part of arming, once the directory is whole) that keeps a copy of it on disk and,
+    where systemd runs, enables the boot unit that reverts from it; synced, so that a reboot or a power
+    cut right after the apply finds it."""
+    undo = Shell('rm -rf "$d" {} {} {}; exit 1', BOOT_DIR, BOOT_UNIT_FILE, BOOT_WANTS)
+    return Shell.compose([
+        Shell('rm -rf {} && cp -a "$d" {} || {', BOOT_DIR, BOOT_DIR), undo, Shell("}"),
+        Shell('if [ -d /run/systemd/system ] && [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ]; then '
+              "printf %s {} > {} && mkdir -p {} && ln -sf {} {} || {", boot_unit(stamp), BOOT_UNIT_FILE,
+              BOOT_WANTS.rsplit("/", 1)[0], BOOT_UNIT_FILE, BOOT_WANTS), undo, Shell("}; fi"),
+        Shell("sync")], "\n")
 
 
 def arm(connection: NodeConnection, node: Node, stamp: str, seconds: int, files: Sequence[str],

@@ -25,6 +25,8 @@ import yaml
 from conftest import Run, has_netplan, run_sparkpair
 from test_setup_network import NETPLAN, network_state, nothing_left_running, ssh_state
 
+from sparkpair.transport import lock
+
 NODES = ("spark-a", "spark-b")
 CONTAINER = "trtllm-multinode"
 LOCK = "/home/nvidia/.sparkpair/lock"
@@ -283,8 +285,8 @@ def _plant_lock(bed, holder: dict) -> None:
 def test_a_stale_lock_of_a_dead_run_is_detected_and_replaced(stopped) -> None:
     gone = subprocess.Popen(["true"])
     gone.wait()
-    _plant_lock(stopped, {"user": getpass.getuser(), "host": socket.gethostname(), "pid": gone.pid,
-                          "command": "launch qwen3-235b", "since": time.time() - 60})
+    _plant_lock(stopped, {**lock.holder("launch qwen3-235b"), "pid": gone.pid, "started": "1",
+                          "since": time.time() - 60})
     run = run_sparkpair(stopped.inventory, "stop")
     assert run.code == 0, run.text
     assert "warning: removing a stale lock left by " + _holder(gone.pid, "launch qwen3-235b") in run.err

@@ -40,9 +40,10 @@ def ssh_state(bed, node: str) -> str:
 
 
 def nothing_left_running(bed) -> None:
-    """No watchdog armed or running on either node."""
+    """No watchdog armed or running on either node, nor its copy for the next boot."""
     for node in NODES:
         assert bed.exec(node, f"test -e {paths.WATCHDOG_DIR}", check=False).returncode != 0, node
+        assert bed.exec(node, f"test -e {watchdog.BOOT_DIR}", check=False).returncode != 0, node
         assert "watchdog" not in bed.exec(node, "ps -eo args").stdout, node
 
 
@@ -336,6 +337,7 @@ def test_the_watchdog_is_confirmed_reverted_by_hand_or_fires_by_itself(pristine)
             pristine.wait_until(lambda: watchdog.state(connection) == "gone", seconds + 15, f"the watchdog ({how})")
             kept = has_netplan(pristine, "spark-b")
             assert kept == (how == "confirm"), how
+            assert pristine.exec("spark-b", f"test -e {watchdog.BOOT_DIR}", check=False).returncode != 0, how
             assert "watchdog" not in pristine.exec("spark-b", "ps -eo args").stdout
             pristine.exec("spark-b", f"rm -f {NETPLAN}")
     finally:
@@ -345,3 +347,28 @@ def test_the_watchdog_is_confirmed_reverted_by_hand_or_fires_by_itself(pristine)
     assert "revert asked: putting the network back as it was before sparkpair's apply (run test-revert)" in log
     assert "not confirmed within 8 s: putting the network back as it was before sparkpair's apply (run test-fires)" in log
     assert pristine.exec("spark-b", f"stat -c %a {paths.WATCHDOG_LOG}").stdout.strip() == "644"
+
+
+def test_a_reboot_inside_the_confirm_window_reverts_the_unconfirmed_network_at_boot(pristine) -> None:
+    """A reboot empties /run (the watchdog's directory) and ends its timer, while the new netplan file stays
+    in /etc/netplan: the copy armed on disk, run at boot as the boot unit runs it, puts the network back.
+    (The simulated nodes run no systemd: the reboot is what it does to the watchdog, the boot is the
+    unit's command run by hand.)"""
+    inventory = read_inventory(pristine.inventory)
+    twins = json.dumps({twin: {"mtu": 1500, "up": False, "ipv4": []} for twin in TWINS})
+    connection = _connection(pristine, "spark-b")
+    try:
+        watchdog.arm(connection, inventory.node("spark-b"), "test-reboot", 60, [NETPLAN], twins)
+        pristine.exec("spark-b", f"cp /etc/netplan/50-cloud-init.yaml {NETPLAN}")  # what an apply would write
+        assert pristine.exec("spark-b", f"test -e {watchdog.BOOT_DIR}/armed", check=False).returncode == 0
+        pristine.exec("spark-b", f'env kill -s TERM -- "-$(cat {paths.WATCHDOG_DIR}/pid)"; rm -rf {paths.WATCHDOG_DIR}')
+        assert watchdog.state(connection) == "gone" and has_netplan(pristine, "spark-b")  # the reboot: nothing left
+        boot = pristine.exec("spark-b", watchdog.boot_unit("test-reboot").split("ExecStart=")[1].split("\n")[0])
+        assert boot.stdout.strip().splitlines()[-1] == "reverted", boot.stdout
+    finally:
+        connection.close()
+    assert not has_netplan(pristine, "spark-b")
+    log = pristine.exec("spark-b", f"cat {paths.WATCHDOG_LOG}").stdout
+    assert ("spark-b: the node restarted before the network was confirmed: putting the network back as it was "
+            "before sparkpair's apply (run test-reboot)") in log
+    nothing_left_running(pristine)  # the copy went with it: the next boot does nothing

@@ -57,14 +57,15 @@ def test_take_is_atomic_and_names_the_holder_of_a_taken_lock(tmp_path: Path) -> 
     assert lock._try_take(head, MINE) is None  # type: ignore[arg-type]
     assert json.loads(head.lock.read_text()) == MINE and oct(head.lock.stat().st_mode & 0o777) == "0o600"
     other = {**MINE, "pid": 1, "host": "laptop"}
-    assert lock._try_take(head, other) == MINE  # type: ignore[arg-type]
+    found = lock._try_take(head, other)  # type: ignore[arg-type]
+    assert found is not None and found.info == MINE and found.content == json.dumps(MINE)
     assert sorted(p.name for p in head.lock.parent.iterdir()) == [head.lock.name]  # no staged file left
 
 
 def test_a_lock_damaged_while_held_does_not_hide_the_commands_own_error(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     head, warnings = FakeHead(tmp_path, b"{damaged"), []
-    monkeypatch.setattr(lock, "_try_take", lambda head, mine: None)
+    monkeypatch.setattr(lock, "_try_take", lambda head, mine, replacing=None: None)
     with pytest.raises(RuntimeError, match="the command's own failure"):
         with lock.held(head, "launch", warnings.append):  # type: ignore[arg-type]
             raise RuntimeError("the command's own failure")
@@ -80,5 +81,7 @@ def test_describe_names_the_holder_even_from_a_hand_written_lock(content: bytes,
 
 
 def test_a_hand_written_pid_is_not_stale() -> None:
-    assert not lock.is_stale({"host": socket.gethostname(), "pid": None})
-    assert not lock.is_stale({"host": socket.gethostname(), "pid": "x"})
+    here = {"host": socket.gethostname(), "machine": lock.machine_id(), "boot": lock.boot_id()}
+    assert not lock.is_stale({**here, "pid": None})
+    assert not lock.is_stale({**here, "pid": "x"})
+    assert not lock.is_stale({**here, "pid": True})
