@@ -24,9 +24,10 @@ from sparkpair.apply.executor import (
     read_journal,
     restore,
     run_stamp,
+    unreadable_journal,
     write_change,
 )
 
 __all__ = ["Action", "ActionTimedOut", "Change", "Journal", "NodeOutcome", "RemoveFile", "RunCommand", "WriteFile",
            "apply_changes", "file_diff", "firsttouch", "journal_path", "mark_restored", "read_journal", "restore",
-           "run_stamp", "write_change"]
+           "run_stamp", "unreadable_journal", "write_change"]

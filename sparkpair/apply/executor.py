@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from sparkpair.progress import Event, Progress, silent
 from sparkpair.transport import NodeConnection, Pair, Shell
 
 JOURNAL_DIR = paths.JOURNAL_DIR.removeprefix("~/")
+STAMP = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]{0,63}")  # a run stamp: one safe name (run_stamp: 20250101-000000)
 
 
 @dataclass(frozen=True)
@@ -123,12 +125,74 @@ def journal_path(connection: NodeConnection, command: str) -> str:
 
 
 def read_journal(connection: NodeConnection, command: str) -> Journal | None:
+    """The node's journal of command, checked whole before anything acts on it; None when there is none.
+
+    A journal cut short, corrupt or only partly there (not UTF-8 JSON, a field missing or of the wrong
+    type, a path that is not a clean absolute one, a backup that is not where an apply puts it) raises
+    one SparkpairError naming the node, the file and the fix: nothing is undone from a journal in part."""
     raw = connection.read(journal_path(connection, command))
     if raw is None:
         return None
-    data = json.loads(raw)
-    return Journal(data["command"], data["stamp"], data.get("entries", []), data.get("finished", False),
-                   data.get("extra", {}))
+    try:
+        return parse_journal(raw, command, connection.home)
+    except ValueError as problem:
+        raise unreadable_journal(connection, command, str(problem)) from None
+
+
+def unreadable_journal(connection: NodeConnection, command: str, problem: str) -> SparkpairError:
+    """The one-line error for a journal that cannot be used: the node, the file, what is wrong, the fix."""
+    path = journal_path(connection, command)
+    return SparkpairError(
+        f"the journal {path} cannot be read ({problem}), so the apply it records cannot be undone from it",
+        node=connection.name,
+        hint=f"set it aside with mv {path} {path}.unreadable and run again; sparkpair setup-network --restore "
+             "still returns the node to its state before sparkpair first changed it")
+
+
+def parse_journal(raw: bytes, command: str, home: str) -> Journal:
+    """The journal of command in raw, every field checked; ValueError naming the first one that is wrong."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("it is not UTF-8 text") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"it is not whole JSON, cut short or corrupt: {error.msg.lower()} at character {error.pos} "
+                         f"of {len(text)}") from None
+    if not isinstance(data, dict):
+        raise ValueError("it is not a JSON object")
+    if data.get("command") != command:
+        raise ValueError(f"its 'command' is not {command!r}")
+    stamp = data.get("stamp")
+    if not isinstance(stamp, str) or not STAMP.fullmatch(stamp):
+        raise ValueError("its 'stamp' is missing or not a run stamp")
+    entries, finished, extra = data.get("entries", []), data.get("finished", False), data.get("extra", {})
+    if not isinstance(entries, list):
+        raise ValueError("its 'entries' is not a list")
+    for number, entry in enumerate(entries, 1):
+        problem = _entry_problem(entry, stamp, home)
+        if problem:
+            raise ValueError(f"entry {number}: {problem}")
+    if not isinstance(finished, bool):
+        raise ValueError("its 'finished' is not true or false")
+    if not isinstance(extra, dict) or not all(isinstance(v, str) for v in extra.values()):
+        raise ValueError("its 'extra' is not a mapping of texts")
+    return Journal(command, stamp, entries, finished, extra)
+
+
+def _entry_problem(entry: object, stamp: str, home: str) -> str:
+    """What is wrong with one journal entry ("" when nothing): the keys an apply writes, each as it writes it."""
+    if not isinstance(entry, dict) or set(entry) != {"path", "backup", "sudo"}:
+        return "it does not hold exactly 'path', 'backup' and 'sudo'"
+    path, backup, sudo = entry["path"], entry["backup"], entry["sudo"]
+    if not isinstance(sudo, bool):
+        return "its 'sudo' is not true or false"
+    if not isinstance(path, str) or not firsttouch.clean_absolute(path):
+        return "its 'path' is not a clean absolute path"
+    if backup is not None and backup != backup_path(home, stamp, path, sudo):
+        return f"its 'backup' of {path} is not where the apply of {stamp} keeps it"
+    return ""
 
 
 def _save_journal(connection: NodeConnection, journal: Journal) -> None:
@@ -140,12 +204,17 @@ def _expand(connection: NodeConnection, path: str) -> str:
     return connection.home + path[1:] if path.startswith("~/") else path
 
 
+def backup_path(home: str, stamp: str, path: str, sudo: bool) -> str:
+    """Where the apply of stamp copies path aside before changing it (system files under root's store)."""
+    store = f"{paths.SYSTEM_BACKUPS}/{stamp}" if sudo else f"{paths.under_home(paths.USER_BACKUPS, home)}/{stamp}"
+    return f"{store}/{path.strip('/').replace('/', '%')}"
+
+
 def _backup(connection: NodeConnection, journal: Journal, path: str, sudo: bool, first_touch: bool) -> None:
     """Copy path aside (if it exists) and journal where to find it; with first_touch, also record it
     as it was before sparkpair first changed it (once)."""
-    store = f"{paths.SYSTEM_BACKUPS}/{journal.stamp}" if sudo else \
-        f"{paths.under_home(paths.USER_BACKUPS, connection.home)}/{journal.stamp}"
-    backup = f"{store}/{path.strip('/').replace('/', '%')}"
+    backup = backup_path(connection.home, journal.stamp, path, sudo)
+    store = backup.rsplit("/", 1)[0]
     command = Shell("if [ -e {} ]; then mkdir -p {} && cp -a {} {} && echo saved; fi", path, store, path, backup)
     if first_touch:
         command = Shell.compose([firsttouch.record_command(connection, path, sudo), command], " && ")

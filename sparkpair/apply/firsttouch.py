@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 from sparkpair import paths
+from sparkpair.errors import SparkpairError
 from sparkpair.transport import NodeConnection, Shell
 
 ABSENT = ".absent"
@@ -25,6 +26,12 @@ TWINS = "twins.json"
 def store(connection: NodeConnection, sudo: bool) -> str:
     """Where a node's records of user (sudo False) or system files live."""
     return paths.SYSTEM_FIRST_TOUCH if sudo else paths.under_home(paths.USER_FIRST_TOUCH, connection.home)
+
+
+def clean_absolute(path: str) -> bool:
+    """Whether path is absolute, without `.`, `..` or empty parts and without control characters."""
+    return (path.startswith("/") and len(path) <= 4096 and all(part not in ("", ".", "..") for part in path.split("/")[1:])
+            and not any(ord(char) < 32 or ord(char) == 127 for char in path))
 
 
 def record_name(path: str) -> str:
@@ -62,20 +69,45 @@ def records(connection: NodeConnection) -> list[Record]:
                 continue
             existed = not name.endswith(ABSENT)
             path = unquote(name.removesuffix(ABSENT))
+            if path.startswith("/") and not clean_absolute(path):
+                record = f"{store(connection, sudo)}/{name}"
+                raise SparkpairError(f"the first-touch record {record} does not name a clean absolute path",
+                                     node=connection.name, hint=f"remove it ({'sudo ' if sudo else ''}rm {record}) "
+                                     "and run again")
             if path.startswith("/"):
                 found.append(Record(path, existed, sudo))
     return found
 
 
+def twins_path(connection: NodeConnection) -> str:
+    """Where the QSFP twins' state before sparkpair first changed them is kept."""
+    return f"{store(connection, False)}/{TWINS}"
+
+
 def twins(connection: NodeConnection) -> str | None:
-    """The QSFP twins' state recorded before sparkpair first changed them (JSON), or None."""
-    raw = connection.read(f"{store(connection, False)}/{TWINS}")
-    return raw.decode() if raw is not None else None
+    """The QSFP twins' state recorded before sparkpair first changed them (JSON text, unchecked), or None;
+    a SparkpairError naming the file when it is not UTF-8."""
+    raw = connection.read(twins_path(connection))
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise unreadable_twins(connection, "it is not UTF-8 text") from None
+
+
+def unreadable_twins(connection: NodeConnection, problem: str) -> SparkpairError:
+    """The one-line error for a twins record that cannot be used: the node, the file, what is wrong, the fix."""
+    path = twins_path(connection)
+    return SparkpairError(f"the record of the twins before sparkpair first changed them, {path}, cannot be read "
+                          f"({problem})", node=connection.name,
+                          hint=f"set it aside with mv {path} {path}.unreadable and run again: the files are put back, "
+                               "the twins stay as they are")
 
 
 def record_twins(connection: NodeConnection, snapshot: str) -> None:
     """Keep snapshot as the twins' first-touch state, unless one is kept already."""
-    target = f"{store(connection, False)}/{TWINS}"
+    target = twins_path(connection)
     connection.check(Shell("[ -e {} ] || { mkdir -p -m 700 {} && printf '%s' {} > {} && mv -f {} {}; }",
                            target, store(connection, False), snapshot, target + ".new", target + ".new", target))
 

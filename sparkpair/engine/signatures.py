@@ -19,8 +19,9 @@ warning, a lone NV_ERR_NO_MEMORY, CPU affinity warnings) matches nothing here on
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from sparkpair.engine.linepattern import LinePattern, followed_by
 
 DECISIVE, STRONG, HINT = 3, 2, 1
 
@@ -39,7 +40,7 @@ class Signature:
     """One kind of line that shows a cause; `subject` (a named group) is what the line names."""
 
     cause: str
-    pattern: re.Pattern[str]
+    pattern: LinePattern
     weight: int
     explains: tuple[str, ...] = ()
     lines_before: int = 0  # lines above the match that belong to the evidence (a pydantic error's field)
@@ -122,7 +123,7 @@ STALLED = "startup.stalled"
 
 def _sig(cause: str, pattern: str, weight: int = DECISIVE, explains: tuple[str, ...] = (),
          lines_before: int = 0) -> Signature:
-    return Signature(cause, re.compile(pattern, re.IGNORECASE), weight, explains, lines_before)
+    return Signature(cause, LinePattern.compile(pattern), weight, explains, lines_before)
 
 
 ORTE_START = ("mpi.ssh", "mpi.remote-env", "fabric.unreachable", "fabric.interface")
@@ -148,7 +149,7 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("mpi.ssh", r"Permission denied \((?:publickey|password|keyboard-interactive|hostbased)"),
     _sig("mpi.ssh", r"Host key verification failed|REMOTE HOST IDENTIFICATION HAS CHANGED"),
     _sig("mpi.ssh", rf"ssh: connect to host {HOST} port \d+: Connection refused"),
-    _sig("mpi.ssh", r"(?:ssh_exchange|kex_exchange)_identification: .*(?:closed|reset)"),
+    _sig("mpi.ssh", followed_by(r"(?:ssh_exchange|kex_exchange)_identification: ", r"closed|reset")),
     _sig("mpi.ssh", rf"ssh: Could not resolve hostname {HOST}:"),
     _sig("mpi.ssh", r"(?:ORTE|PRTE) was unable to (?:reliably )?start one or more daemons", HINT,
          explains=ORTE_START),
@@ -197,8 +198,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("rendezvous.timeout", r"Watchdog caught collective operation timeout", STRONG),
     _sig("rendezvous.timeout", r"DistStoreError: Socket Timeout|\bwait timeout after \d+ms, keys:", STRONG),
     # Configuration, model, disk, port.
-    _sig("config.invalid", r"\d+ validation errors? for \w*(?:Args|Config)\b", STRONG),
-    _sig("config.invalid", r"\w*(?:Args|Config)\.__init__\(\) got an unexpected keyword argument "
+    _sig("config.invalid", r"(?<!\d)\d+ validation errors? for \w*(?:Args|Config)\b", STRONG),
+    _sig("config.invalid", r"(?:Args|Config)\.__init__\(\) got an unexpected keyword argument "
                            r"'(?P<subject>[^']+)'"),
     _sig("config.invalid", r"Extra inputs are not permitted", HINT, lines_before=1),
     _sig("config.invalid", r"^Error: (?:No such option|Invalid value for)\b"),

@@ -6,12 +6,16 @@ trtllm-llmapi-launch, TensorRT-LLM, NCCL and uvicorn print when they get there, 
 wording. `engine.diagnose` uses `last_stage` to name where a start stopped (startup.stalled); the
 launch watchdog (`engine.watch`) follows each rank's log with `advance`, which also knows the stage
 after one the log shows finished (`FINISHED`).
+
+Every stage's pattern is a `linepattern.LinePattern`: linear in the line, with a quick test first.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from sparkpair.engine.linepattern import LinePattern, followed_by
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
@@ -22,11 +26,11 @@ class Stage:
 
     name: str
     description: str
-    pattern: re.Pattern[str]
+    pattern: LinePattern
 
 
 def _stage(name: str, description: str, *patterns: str) -> Stage:
-    return Stage(name, description, re.compile("|".join(f"(?:{p})" for p in patterns), re.IGNORECASE))
+    return Stage(name, description, LinePattern.compile("|".join(f"(?:{p})" for p in patterns)))
 
 
 STAGES: tuple[Stage, ...] = (
@@ -38,15 +42,15 @@ STAGES: tuple[Stage, ...] = (
            r"Refreshed the MPI local session", r"\bMPI size:\s*\d+", r"\bMpi(?:Pool|Comm)?Session\b",
            r"\bstart MpiSession with \d+ workers", r"RemoteMpiCommSession", r"Initializing for: lib='OMPI'"),
     _stage("model", "loading the model weights",
-           r"\bLoading\b.*\b(?:weights?|checkpoints?|safetensors|shards?|model)\b", r"\bFetching \d+ files\b",
-           r"\bPre-?fetching\b.*\bcheckpoint", r"\bload_weights\b", r"\bmodel_loader\b"),
+           followed_by(r"\bLoading\b", r"\b(?:weights?|checkpoints?|safetensors|shards?|model)\b"),
+           r"\bFetching \d+ files\b", followed_by(r"\bPre-?fetching\b", r"\bcheckpoint"), r"\bload_weights\b", r"\bmodel_loader\b"),
     _stage("nccl", "NCCL is setting up the communicators between the ranks",
-           r"\bNCCL INFO\b.*\b(?:Init (?:START|COMPLETE)|Bootstrap|comm 0x|Using network|NET/)",
+           followed_by(r"\bNCCL INFO\b", r"\b(?:Init (?:START|COMPLETE)|Bootstrap|comm 0x|Using network|NET/)"),
            r"\bNCCL version \d", r"\bncclCommInitRank\b"),
     _stage("warmup", "autotuning and warm-up: kernels, CUDA graphs",
            r"\bautotun", r"\bwarm-?up\b", r"\bCUDA graphs?\b", r"\bcuda_graph", r"\[stage=compile\b"),
     _stage("executor", "the executor is ready: KV cache allocated, workers answered",
-           r"get signal from executor worker", r"\bMax KV cache blocks\b", r"\bAllocated .*\bKV cache\b",
+           r"get signal from executor worker", r"\bMax KV cache blocks\b", followed_by(r"\bAllocated ", r"\bKV cache\b"),
            r"global_steady_clock_offset"),
     _stage("serving", "uvicorn is serving HTTP",
            r"\bUvicorn running on\b", r"\bApplication startup complete\b"),
@@ -138,5 +142,4 @@ def last_stage(text: str) -> Reached | None:
 
 def is_serving(text: str) -> bool:
     """Whether the text shows the server up (uvicorn running or its application startup complete)."""
-    reached = last_stage(text)
-    return reached is not None and reached.stage is SERVING
+    return any(SERVING.pattern.search(line) for line in clean_lines(text))  # serving is the last stage

@@ -14,18 +14,18 @@ a peer that still loads is not stalled, since the peer progresses. Pure apart fr
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass, field
 
 from sparkpair import probes
 from sparkpair.engine import stages
+from sparkpair.engine.linepattern import LinePattern
 from sparkpair.probes import ProbeFailure, ranks
 from sparkpair.probes.models import RepoManifest
 from sparkpair.progress import Event, Progress
 from sparkpair.transport import NodeConnection, Pair
 
-STARTING = stages.Stage("start", "mpirun is starting the ranks; they have printed nothing yet", re.compile(r"(?!)"))
+STARTING = stages.Stage("start", "mpirun is starting the ranks; they have printed nothing yet", LinePattern.compile(r"(?!)"))
 ALL_STAGES: tuple[stages.Stage, ...] = (STARTING, *stages.STAGES)
 LABELS = {"start": "MPI start", "launcher": "rank start-up", "mpi": "MPI session", "model": "model load",
           "nccl": "NCCL init", "warmup": "autotune/warm-up", "executor": "executor start", "serving": "server start"}

@@ -11,6 +11,7 @@ action: Ctrl-C lets both finish, so a restore is never left half done.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 
 from sparkpair import apply, probes
@@ -33,11 +34,43 @@ def _twins_now(connection: NodeConnection, inventory: Inventory) -> str:
     return rollback.twins_snapshot(inventory.node(connection.name), interfaces)
 
 
+def twins_problem(snapshot: str) -> str:
+    """What is wrong with a twins snapshot (`rollback.twins_snapshot`'s JSON: per twin its MTU, up or
+    down, IPv4 addresses); "" when nothing is. Checked before a restore acts on it."""
+    try:
+        data = json.loads(snapshot)
+    except ValueError:
+        return "it is not JSON: cut short or corrupt"
+    if not isinstance(data, dict):
+        return "it is not a JSON object"
+    for name, state in data.items():
+        mtu = state.get("mtu") if isinstance(state, dict) else None
+        if not isinstance(mtu, int) or isinstance(mtu, bool) or not 68 <= mtu <= 65535:
+            return f"{name}: 'mtu' is not an MTU"
+        if not isinstance(state.get("up"), bool):
+            return f"{name}: 'up' is not true or false"
+        addresses = state.get("ipv4")
+        if not isinstance(addresses, list) or not all(isinstance(a, str) and _ipv4_interface(a) for a in addresses):
+            return f"{name}: 'ipv4' is not a list of IPv4 addresses with their prefix"
+    return ""
+
+
+def _ipv4_interface(text: str) -> bool:
+    try:
+        ipaddress.IPv4Interface(text)
+    except ValueError:
+        return False
+    return True
+
+
 def undo_first_touch(connection: NodeConnection, inventory: Inventory) -> list[str]:
-    """Return one node to its state before sparkpair first changed it; what was done."""
+    """Return one node to its state before sparkpair first changed it; what was done. Every record is read
+    and checked first: one that cannot be used raises its one-line error before anything changes."""
     node = inventory.node(connection.name)
     records = firsttouch.records(connection)
     twins = firsttouch.twins(connection)
+    if twins is not None and twins_problem(twins):
+        raise firsttouch.unreadable_twins(connection, twins_problem(twins))
     if not records and twins is None:
         if _journals(connection):
             undone = undo_last(connection, inventory)
@@ -64,8 +97,13 @@ def undo_first_touch(connection: NodeConnection, inventory: Inventory) -> list[s
 
 
 def _journals(connection: NodeConnection) -> dict[str, apply.Journal]:
-    """The node's journals not yet undone, by command (trust, network)."""
+    """The node's journals not yet undone, by command (trust, network), each checked whole (the network's
+    twins too); a SparkpairError naming the node and the file for one that cannot be used."""
     found = {command: apply.read_journal(connection, command) for command in (trust.JOURNAL, netplan.JOURNAL)}
+    network = found.get(netplan.JOURNAL)
+    twins = network.extra.get("twins_before", "") if network is not None else ""
+    if twins and twins_problem(twins):
+        raise apply.unreadable_journal(connection, netplan.JOURNAL, f"its 'twins_before': {twins_problem(twins)}")
     return {command: journal for command, journal in found.items() if journal is not None}
 
 
@@ -92,11 +130,17 @@ def restore(pair: Pair, inventory: Inventory, progress: Progress, last: bool = F
     stamp = ""
     if last:  # the pair's last apply (a node it did not change keeps its own earlier one)
         try:
-            stamps = pair.each(_journals).raise_first().values
+            read = pair.each(_journals)
         except KeyboardInterrupt:
             raise Interrupted("interrupted during --restore, before any change: nothing was changed on either node "
                               "(both are as before)") from None
-        stamp = max((journal.stamp for journals in stamps.values() for journal in journals.values()), default="")
+        if not read.ok:  # a journal that cannot be used: say so for each node, change nothing on either
+            for line in read.error_lines("restore --last"):
+                progress(Event("", line, "error"))
+            progress(Event("", "nothing was changed on either node", "result"))
+            return False
+        stamp = max((journal.stamp for journals in read.values.values() for journal in journals.values()),
+                    default="")
 
     def restore_node(connection: NodeConnection) -> None:
         done[connection.name] = undo_last(connection, inventory, stamp or "none") if last else \

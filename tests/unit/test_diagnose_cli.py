@@ -135,3 +135,33 @@ def test_inventory_check_shows_the_one_subnet_warning_and_exits_0() -> None:
 def test_inventory_check_of_the_shipped_example_has_no_warning() -> None:
     code, _, err = run(["-i", str(ROOT / "inventory.example.yaml"), "inventory", "check"])
     assert code == 0 and err == ""
+
+
+def _classified_sizes(monkeypatch: pytest.MonkeyPatch, keep: int) -> list[int]:
+    """KEEP_BYTES set to keep; the sizes of the texts diagnose then classifies, as they come."""
+    from sparkpair.cli import diagnose as diagnose_cli
+    from sparkpair.engine import diagnose
+
+    monkeypatch.setattr(diagnose_cli, "KEEP_BYTES", keep)
+    sizes: list[int] = []
+    classify = diagnose.classify
+    monkeypatch.setattr(diagnose, "classify", lambda text: sizes.append(len(text)) or classify(text))
+    return sizes
+
+
+def test_several_inputs_share_one_read_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = _classified_sizes(monkeypatch, 3000)
+    files = []
+    for number in range(4):
+        files.append(tmp_path / f"rank{number}.log")
+        files[-1].write_bytes(b"x" * 4000 + b"\nHost key verification failed.\n")
+    code, out, _ = run(["diagnose", *map(str, files)])
+    assert code == 1 and "mpi.ssh" in out  # each input's end is read
+    assert sizes and sizes[0] <= 3000 + len(files) - 1  # all of them together: at most KEEP_BYTES (and the joins)
+
+
+def test_standard_input_without_a_byte_buffer_is_read_to_its_tail_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    sizes = _classified_sizes(monkeypatch, 1000)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("x" * 50_000 + "\nHost key verification failed.\n"))
+    code, out, _ = run(["diagnose"])
+    assert code == 1 and "mpi.ssh" in out and sizes == [1000]

@@ -24,6 +24,28 @@ def test_bytes_that_are_not_utf8_become_replacement_characters_not_an_error() ->
     assert lines == ["bad \ufffd\ufffd bytes"]
 
 
+def test_20_mb_without_a_newline_is_cut_in_linear_time_and_kept_to_max_line() -> None:
+    """Each chunk is split on its own (before: the whole unfinished line was copied and split again per chunk,
+    3.7 s for 20 MB); a line longer than MAX_LINE is handed on cut, so an endless one holds MAX_LINE at most."""
+    import time
+
+    from sparkpair.transport import lines as lines_module
+
+    lines: list[str] = []
+    sink = LineSink(lines.append)
+    chunk = b"x" * 32768  # what an SSH channel read gives at most
+    start = time.perf_counter()
+    for _ in range(20 * 1024 * 1024 // len(chunk)):
+        sink.feed(chunk)
+    sink.feed(b"\nnext line\n")
+    took = time.perf_counter() - start
+    assert took < 0.5, f"{took:.2f} s"
+    assert lines == ["x" * lines_module.MAX_LINE, "next line"]
+    sink.feed("a cut character: \u00e9".encode()[:-1])
+    sink.flush()
+    assert lines[-1] == "a cut character: \ufffd"
+
+
 def test_a_port_nobody_listens_on_is_said_as_refused_naming_the_node(tmp_path) -> None:
     import socket
 
