@@ -1,24 +1,35 @@
 """The benchmark's HTTP side: timed streaming chat requests, concurrent streams, /metrics draining.
 
-Plain `http.client` against the server's OpenAI-compatible endpoint; one thread per concurrent
-stream. Token arrival is timed when each server-sent event is read, so what is measured is what
-a client on this machine sees (network included).
+Plain HTTP against the server's OpenAI-compatible endpoint through `transport.httpio` (one deadline per
+request, a byte cap on every answer); one thread per concurrent stream. Token arrival is timed when each
+server-sent event is read, so what is measured is what a client on this machine sees (network included).
+Every field of an answer is read typed (`transport.jsonfields`): a malformed answer fails its request
+with one line, never an exception.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sparkpair.bench.stats import RequestTiming
+from sparkpair.errors import SparkpairError
+from sparkpair.transport.httpio import ANSWER_CAP, HttpFailure, fetch_tcp, shown, tcp_request, url_host
+from sparkpair.transport.jsonfields import Field, ShapeError
 
 Messages = list[dict[str, str]]
+METRICS_CAP = 32 << 20       # bytes of one /metrics drain (a bounded list of iteration items, ~1 KiB each)
+STREAM_BASE_S = 300.0        # a streamed request's deadline: this, plus STREAM_PER_TOKEN_S per token asked for
+STREAM_PER_TOKEN_S = 0.5
+STREAM_BASE_CAP = 1 << 20    # bytes of a streamed answer: this, plus STREAM_PER_TOKEN_CAP per token asked for
+STREAM_PER_TOKEN_CAP = 8 << 10
+ERROR_CAP = 64 << 10         # bytes of an error answer read for its message
+SPEC_COUNTS = ("numDraftTokens", "numAcceptedTokens", "numRequestsWithDraftTokens")
 
 
 @dataclass(frozen=True)
@@ -31,31 +42,29 @@ class Endpoint:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/v1"
+        return f"http://{url_host(self.host)}:{self.port}/v1"
 
 
-def get_json(endpoint: Endpoint, path: str, timeout: float = 10.0) -> Any:
-    """GET path and parse the JSON answer; OSError, HTTPException or ValueError when that fails."""
-    connection = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=timeout)
-    try:
-        connection.request("GET", path)
-        response = connection.getresponse()
-        body = response.read()
-        if response.status != 200:
-            raise http.client.HTTPException(f"GET {path} answered {response.status}")
-        return json.loads(body or b"null")
-    finally:
-        connection.close()
+def get_json(endpoint: Endpoint, path: str, timeout: float = 10.0, cap: int = ANSWER_CAP) -> Field:
+    """GET path within timeout seconds, its JSON answer (at most cap bytes) as a Field to read typed;
+    HttpFailure (no whole 200 answer) or ShapeError (not JSON) when that fails."""
+    reply = fetch_tcp(endpoint.host, endpoint.port, "GET", path, timeout=timeout, cap=cap)
+    if reply.status != 200:
+        raise HttpFailure(f"GET {path}: {reply.summary}")
+    return Field.parse(reply.body, f"GET {path}")
 
 
 def served_models(endpoint: Endpoint) -> list[str] | None:
-    """The model ids /v1/models lists; None when nothing answers there."""
+    """The model ids /v1/models lists; None when nothing answers there; SparkpairError when its answer is
+    not a model list."""
     try:
         data = get_json(endpoint, "/v1/models", timeout=5.0)
-    except (OSError, http.client.HTTPException, ValueError):
+        return [item.get("id").text() for item in data.get("data").items()]
+    except HttpFailure:
         return None
-    items = data.get("data", []) if isinstance(data, dict) else []
-    return [str(item.get("id", "")) for item in items if isinstance(item, dict)]
+    except ShapeError as error:
+        raise SparkpairError(f"the server at {endpoint.url} answered malformed: {error}",
+                             hint="is this port trtllm-serve's? (sparkpair status)") from None
 
 
 def _request_body(endpoint: Endpoint, messages: Messages, max_tokens: int) -> bytes:
@@ -63,41 +72,51 @@ def _request_body(endpoint: Endpoint, messages: Messages, max_tokens: int) -> by
                        "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}).encode()
 
 
-def _events(response: http.client.HTTPResponse) -> Iterator[tuple[float, Any]]:
-    """(arrival time, parsed `data:` payload) per server-sent event; the payload "[DONE]" ends it."""
-    while True:
-        raw = response.readline()
-        if not raw:
-            return
+class LineSource(Protocol):
+    """A streamed answer read line by line (`httpio.Answer`: each line bounded, all before the deadline)."""
+
+    def readline(self) -> bytes: ...
+
+
+def _events(answer: LineSource) -> Iterator[tuple[float, Field | None]]:
+    """(arrival time, parsed `data:` payload) per server-sent event; None for the payload "[DONE]", which ends
+    it. ShapeError for a payload that is not JSON, HttpFailure past the deadline or the cap."""
+    while raw := answer.readline():
         arrived = time.perf_counter()
         text = raw.decode("utf-8", "replace").strip()
         if not text.startswith("data:"):
             continue
         payload = text[5:].strip()
-        yield arrived, payload if payload == "[DONE]" else json.loads(payload)
+        yield arrived, None if payload == "[DONE]" else Field.parse(payload.encode(), "a streamed event")
 
 
-def _delta_text(event: dict[str, Any]) -> str:
-    """The generated text an event carries (answer or reasoning: both are output tokens)."""
-    choices = event.get("choices") or []
-    delta = (choices[0].get("delta") or {}) if choices and isinstance(choices[0], dict) else {}
-    return (delta.get("content") or "") + (delta.get("reasoning_content") or "")
+def _delta_text(event: Field) -> str:
+    """The generated text an event carries (answer or reasoning: both are output tokens); ShapeError when the
+    event is not a chat completion chunk."""
+    choices = event.get("choices")
+    if choices.null or not choices.items():
+        return ""
+    delta = choices.at(0).get("delta")
+    if delta.null:
+        return ""
+    return delta.get("content").text(default="") + delta.get("reasoning_content").text(default="")
 
 
-def _timed_stream(response: http.client.HTTPResponse, sent: float) -> RequestTiming:
+def _timed_stream(answer: LineSource, sent: float) -> RequestTiming:
     first = last = None
     chunks = 0
     usage_tokens = None
-    for arrived, event in _events(response):
-        if event == "[DONE]":
+    for arrived, event in _events(answer):
+        if event is None:
             if first is None or last is None:
                 return RequestTiming(False, "the stream ended without any token")
             tokens = usage_tokens if usage_tokens is not None else chunks
             return RequestTiming(True, ttft_s=first - sent, latency_s=arrived - sent, decode_s=last - first,
                                  output_tokens=tokens, chunks=chunks)
-        if isinstance(event, dict) and isinstance(event.get("usage"), dict):
-            usage_tokens = int(event["usage"].get("completion_tokens") or 0) or usage_tokens
-        if isinstance(event, dict) and _delta_text(event):
+        usage = event.get("usage")
+        if not usage.null:
+            usage_tokens = usage.get("completion_tokens").count(default=0) or usage_tokens
+        if _delta_text(event):
             first = arrived if first is None else first
             last = arrived
             chunks += 1
@@ -105,28 +124,36 @@ def _timed_stream(response: http.client.HTTPResponse, sent: float) -> RequestTim
 
 
 def _error_text(status: int, body: bytes) -> str:
+    """`HTTP 400: message` from an error answer (its JSON `message` when it has one), on one short line."""
     try:
-        message = json.loads(body).get("message") or ""
-    except (ValueError, AttributeError):
+        message = Field.parse(body, "error").get("message").text(default="")
+    except ShapeError:
         message = body.decode("utf-8", "replace")
-    return f"HTTP {status}: {' '.join(str(message).split())[:200]}"
+    return f"HTTP {status}: {shown(' '.join(message.split()), 200)}"
 
 
-def stream_chat(endpoint: Endpoint, messages: Messages, max_tokens: int, timeout: float = 300.0) -> RequestTiming:
-    """One streamed chat completion, timed; failures come back as a RequestTiming with ok=False."""
-    connection = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=timeout)
+def stream_deadline_s(max_tokens: int) -> float:
+    """How long one streamed request may take in all: STREAM_BASE_S, plus STREAM_PER_TOKEN_S per token."""
+    return STREAM_BASE_S + STREAM_PER_TOKEN_S * max_tokens
+
+
+def stream_chat(endpoint: Endpoint, messages: Messages, max_tokens: int, timeout: float | None = None) -> RequestTiming:
+    """One streamed chat completion, timed, ended by timeout seconds (default `stream_deadline_s`) and a byte
+    cap; failures (malformed answers included) come back as a RequestTiming with ok=False and one line."""
+    cap = STREAM_BASE_CAP + STREAM_PER_TOKEN_CAP * max_tokens
     try:
         sent = time.perf_counter()
-        connection.request("POST", "/v1/chat/completions", body=_request_body(endpoint, messages, max_tokens),
-                           headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
-        response = connection.getresponse()
-        if response.status != 200:
-            return RequestTiming(False, _error_text(response.status, response.read()))
-        return _timed_stream(response, sent)
-    except (OSError, http.client.HTTPException, ValueError) as error:
-        return RequestTiming(False, f"{type(error).__name__}: {error}".strip())
-    finally:
-        connection.close()
+        with tcp_request(endpoint.host, endpoint.port, "POST", "/v1/chat/completions",
+                         timeout=timeout if timeout is not None else stream_deadline_s(max_tokens),
+                         body=_request_body(endpoint, messages, max_tokens), cap=cap,
+                         headers={"Content-Type": "application/json", "Accept": "text/event-stream"}) as answer:
+            if answer.status != 200:
+                return RequestTiming(False, _error_text(answer.status, answer.body(ERROR_CAP)))
+            return _timed_stream(answer, sent)
+    except HttpFailure as failure:
+        return RequestTiming(False, f"POST /v1/chat/completions: {failure}")
+    except ShapeError as error:
+        return RequestTiming(False, str(error))
 
 
 def run_streams(endpoint: Endpoint, prompts: Sequence[Messages], count: int, concurrency: int, max_tokens: int,
@@ -161,13 +188,23 @@ class IterationStats:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, name="bench-metrics", daemon=True)
         self.items: list[dict[str, Any]] = []
+        self.problem = ""
 
     def _drain(self) -> list[dict[str, Any]]:
+        """The iteration items /metrics holds now, each as its specDecodingStats counts (`{}` without them);
+        an answer or item of another shape is skipped, and the first such problem kept in `self.problem`."""
         try:
-            data = get_json(self._endpoint, "/metrics")
-        except (OSError, http.client.HTTPException, ValueError):
+            items = get_json(self._endpoint, "/metrics", cap=METRICS_CAP).items()
+        except (HttpFailure, ShapeError) as error:
+            self.problem = self.problem or str(error)
             return []  # a missed poll loses nothing: the items stay on the server for the next one
-        return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
+        kept = []
+        for item in items:
+            try:
+                kept.append(_iteration_counts(item))
+            except ShapeError as error:
+                self.problem = self.problem or str(error)
+        return kept
 
     def _poll(self) -> None:
         while not self._stop.wait(self._interval):
@@ -184,3 +221,12 @@ class IterationStats:
         self._thread.join()
         time.sleep(self._settle)  # the engine records an iteration just after streaming its tokens
         self.items += self._drain()
+
+
+def _iteration_counts(item: Field) -> dict[str, Any]:
+    """One /metrics iteration item as `{"specDecodingStats": {count: int, ...}}`, or `{}` when it has none;
+    ShapeError when it is not an object or a count is not a whole number."""
+    spec = item.get("specDecodingStats")
+    if spec.null:
+        return {}
+    return {"specDecodingStats": {name: spec.get(name).count(default=0) for name in SPEC_COUNTS}}

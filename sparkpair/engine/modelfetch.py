@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from sparkpair.engine.meter import Meter, size
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory
+from sparkpair.inventory.profiles import check_repo_id
 from sparkpair.probes import models
 from sparkpair.progress import Event, Progress
 from sparkpair.render import recipe
@@ -32,9 +33,29 @@ def _user(node: NodeConnection) -> str:
     return node.check(Shell('printf "%s:%s" "$(id -u)" "$(id -g)"'))
 
 
+def hf_download_argv(repo: str, files: list[str] | None = None) -> list[str]:
+    """`hf download repo [-- files]`, repo checked to be a repo id and every file a relative path inside a repo
+    (after `--`, so no name is ever read as an option); SparkpairError naming the bad one otherwise."""
+    try:
+        check_repo_id(repo)
+    except ValueError as error:
+        raise SparkpairError(f"{repo!r} is not a repo id: expected {error}") from None
+    for name in files or []:
+        if not hub_file_name(name):
+            raise SparkpairError(f"the hub's file list for {repo} names {repr(name)[:120]}, which is not a relative "
+                                 "path inside a repo; refusing to download it", hint="launch without --split-download")
+    return [*recipe.download_argv(repo), *(["--", *files] if files else [])]
+
+
+def hub_file_name(name: str) -> bool:
+    """Whether name is a file of a repo: a relative path of printable characters, no empty, '.' or '..' part."""
+    return 0 < len(name) <= 1024 and name.isprintable() and "\\" not in name and \
+        all(part not in ("", ".", "..") for part in name.split("/"))
+
+
 def dry_run(node: NodeConnection, inventory: Inventory, repo: str) -> models.DryRun | None:
     """What `hf download --dry-run` says is left to fetch on the node; None when it cannot say."""
-    code, output = docker_cli.exec_in(node, inventory.container.name, [*recipe.download_argv(repo), "--dry-run"],
+    code, output = docker_cli.exec_in(node, inventory.container.name, [*hf_download_argv(repo), "--dry-run"],
                                       user=_user(node), environment=DOWNLOAD_ENV, timeout=120)
     if code != 0:
         return None
@@ -47,7 +68,7 @@ def download(node: NodeConnection, inventory: Inventory, repo: str, progress: Pr
              files: list[str] | None = None, total: int | None = None) -> float:
     """`hf download repo [files]` in the node's engine container as the node user, with byte progress;
     the seconds it took. A failure raises with hf's last lines; Ctrl-C ends it on the node too."""
-    argv = [*recipe.download_argv(repo), *(files or [])]
+    argv = hf_download_argv(repo, files)
     blobs = f"{inventory.container.hf_cache.rstrip('/')}/hub/{models.repo_dirname(repo)}/blobs"
     watch = models.node_command("watch", json.dumps({"dirs": [blobs], "interval": 1.0}))
     script = Shell.compose([watch, Shell(" & w=$!; "),
@@ -138,6 +159,7 @@ def split_download(pair: Pair, inventory: Inventory, repo: str, nodes: list[str]
     if plan is None:
         raise SparkpairError(f"hf download --dry-run {repo} gave no file list on {nodes[0]}", node=nodes[0],
                              hint="launch without --split-download")
+    hf_download_argv(repo, list(plan.files))  # every name the node listed is checked before any download starts
     split = plan_split(repo, plan, nodes)
 
     cancel = threading.Event()
@@ -147,7 +169,7 @@ def split_download(pair: Pair, inventory: Inventory, repo: str, nodes: list[str]
         if not files:
             return 0.0
         finished = threading.Event()
-        argv = [*recipe.download_argv(repo), *files]
+        argv = hf_download_argv(repo, files)
         threading.Thread(target=_end_on_cancel, args=(cancel, finished, connection, inventory, argv),
                          daemon=True).start()
         try:

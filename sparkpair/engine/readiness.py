@@ -11,13 +11,15 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from sparkpair.transport import NodeConnection
+from sparkpair.transport.jsonfields import Field, ShapeError
 
 WATCH_EVERY_S = 2.0
 EXIT_EVERY_S = 1.0
 POLL_EVERY_S = 0.2
+HEALTH_CAP = 64 << 10   # bytes of a /health answer read (trtllm-serve answers an empty body)
 T = TypeVar("T")
 
 
@@ -34,38 +36,44 @@ class Readiness:
 
 
 def probe_stage(head: NodeConnection, port: int, model: str) -> tuple[str, str]:
-    """The first stage that does not pass yet ("ready" when all do), with what was seen."""
-    health = head.http(port, "GET", "/health", timeout=5)
+    """The first stage that does not pass yet ("ready" when all do), with what was seen. A malformed or
+    oversized answer, or one too slow, is what was seen at its stage: never an exception."""
+    health = head.http(port, "GET", "/health", timeout=5, cap=HEALTH_CAP)
     if health is None:
         return "port", f"nothing listens on port {port} yet"
-    if health[0] != 200:
-        return "health", f"/health answered {health[0]}"
+    if health.status != 200:
+        return "health", f"/health: {health.summary}"
     models = head.http(port, "GET", "/v1/models", timeout=5)
-    listed = listed_models(models[1]) if models and models[0] == 200 else []
+    if models is None or models.status != 200:
+        return "models", f"/v1/models: {models.summary if models else 'nothing listens'}"
+    try:
+        listed = listed_models(models.body)
+    except ShapeError as error:
+        return "models", str(error)
     if model not in listed:
         return "models", f"/v1/models lists {listed or 'nothing'}, not {model}"
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Reply with one word: ready"}],
                        "max_tokens": 8, "temperature": 0}).encode()
     answer = head.http(port, "POST", "/v1/chat/completions", body=body, timeout=60)
-    if answer is None or answer[0] != 200:
-        return "completion", f"a chat completion failed ({answer[0] if answer else 'no answer'})"
-    choices = _json(answer[1]).get("choices") or [{}]
-    text = (choices[0].get("message") or {}).get("content") or ""
+    if answer is None or answer.status != 200:
+        return "completion", f"a chat completion failed ({answer.summary if answer else 'no answer'})"
+    try:
+        text = chat_text(answer.body)
+    except ShapeError as error:
+        return "completion", f"a chat completion came back malformed: {error}"
     return ("ready", text.strip()) if text.strip() else ("completion", "the completion came back empty")
 
 
 def listed_models(raw: bytes) -> list[str]:
-    """The model ids in a /v1/models reply; empty for anything that is not such a reply."""
-    items = _json(raw).get("data")
-    return [str(item.get("id", "")) for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+    """The model ids in a /v1/models reply (`{"data": [{"id": ...}, ...]}`); ShapeError for anything else."""
+    return [item.get("id").text() for item in Field.parse(raw, "/v1/models").get("data").items()]
 
 
-def _json(raw: bytes) -> dict[str, Any]:
-    try:
-        value = json.loads(raw or b"{}")
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+def chat_text(raw: bytes) -> str:
+    """The text of a chat completion's first choice ("" when its content is null); ShapeError when the
+    answer is not a chat completion."""
+    answer = Field.parse(raw, "/v1/chat/completions")
+    return answer.get("choices").at(0).get("message").get("content").text(default="")
 
 
 def wait_ready(head: NodeConnection, port: int, model: str, timeout: float,

@@ -9,14 +9,10 @@ import re
 import typing
 from typing import Any
 
-from sparkpair.inventory.validation import Location, Problem, shown
+from sparkpair.inventory.validation import UNPRINTABLE, Location, Problem, shown
 
 if typing.TYPE_CHECKING:
     from sparkpair.inventory.schema import Inventory
-
-# Characters that break a line or can disguise one: C0/C1 controls (tab aside), line and
-# paragraph separators, and bidirectional overrides.
-_UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 # OpenMPI (and PMIx/PRRTE) copy these variables into the orted command line that mpirun's rsh
 # agent hands to a shell on the worker, inside double quotes: their values must not be shell code.
@@ -26,7 +22,7 @@ _MPI_PARAMETER_VALUE = re.compile(r"[A-Za-z0-9_.,:/=@%+^ -]*")
 
 def one_line(text: str) -> str:
     """text with every line-breaking or disguising character written as an escape (\\n, \\x1b)."""
-    return _UNPRINTABLE.sub(lambda match: repr(match.group())[1:-1], text)
+    return UNPRINTABLE.sub(lambda match: repr(match.group())[1:-1], text)
 
 
 def field_path(loc: Location) -> str:

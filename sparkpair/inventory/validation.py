@@ -25,6 +25,10 @@ Record = TypeVar("Record")
 
 REQUIRED = "a value (this field is required)"
 
+# Characters that break a line or can disguise one: C0/C1 controls (tab aside), line and
+# paragraph separators, and bidirectional overrides.
+UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
 
 @dataclasses.dataclass(frozen=True)
 class Problem:

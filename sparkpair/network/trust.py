@@ -7,6 +7,9 @@ the operator's own connection verified on the management address: never blind ac
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
 from collections.abc import Mapping
 
 from sparkpair import apply, paths, probes
@@ -18,6 +21,31 @@ from sparkpair.transport import Pair, Shell, fingerprint
 
 JOURNAL = "trust"
 KEY = paths.NODE_KEY
+KEY_TYPES = frozenset({"ssh-ed25519", "ssh-rsa", "ssh-dss", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
+                       "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"})
+PRINTABLE_LINE = re.compile(r"[\x20-\x7e]{1,16384}")
+
+
+def public_key_line(text: str) -> str:
+    """text (a .pub file's content) as the one line `TYPE BASE64 [COMMENT]` to write, when it is exactly that:
+    one line of printable ASCII, a known key type first (no options such as `command=` or `from=`), key data
+    that is base64 of a key of that type. ValueError saying what is wrong otherwise (never the bad text)."""
+    line = text.rstrip("\n")
+    if "\n" in line:
+        raise ValueError(f"{len(line.splitlines())} lines, not one")
+    if not PRINTABLE_LINE.fullmatch(line):
+        raise ValueError("control or non-ASCII characters in it")
+    kind, _, rest = line.partition(" ")
+    body, _, comment = rest.partition(" ")
+    if kind not in KEY_TYPES:
+        raise ValueError("it does not start with a key type (ssh-ed25519, ...): options are not accepted")
+    try:
+        blob = base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"its key data is not base64 of a {kind} key") from None
+    if blob[4:4 + int.from_bytes(blob[:4], "big")] != kind.encode() or len(blob) < 4 + len(kind) + 4:
+        raise ValueError(f"its key data is not a {kind} key")
+    return f"{kind} {body} {comment.strip()}".rstrip()
 
 
 def ssh_files(facts: Mapping[str, NodeFacts]) -> dict[str, SshFiles]:
@@ -70,13 +98,14 @@ def trust_plan(inventory: Inventory, files: dict[str, SshFiles],
     for node in inventory.nodes:
         peer = inventory.peer_of(node)
         mine, theirs = files[node.name], files[peer.name]
-        authorized = [key_body(line) for line in (theirs.authorized_keys or "").splitlines()]
-        if mine.public_key and key_body(mine.public_key) not in authorized:
-            content = (theirs.authorized_keys or "")
-            content += ("" if not content or content.endswith("\n") else "\n") + mine.public_key + "\n"
-            change = apply.write_change(peer.name, paths.AUTHORIZED_KEYS, theirs.authorized_keys, content,
-                                        mode=0o600, summary=f"authorize {node.name}'s key")
-            changes += [change] if change else []
+        change, problem = _authorize_change(node, peer, mine.public_key, theirs.authorized_keys)
+        changes += [change] if change else []
+        refusals += [problem] if problem else []
+        bad_host_key = _first_problem(theirs.host_keys)
+        if bad_host_key:
+            refusals.append(f"{peer.name}: /etc/ssh/ssh_host_*_key.pub holds a line that is not one host key "
+                            f"({bad_host_key}); refusing to teach its host keys to {node.name}")
+            continue
         if host_keys[peer.name] not in theirs.host_keys:
             refusals.append(f"{peer.name}: the host key this machine verified ({fingerprint(*host_keys[peer.name])}) "
                             "is not among its /etc/ssh/ssh_host_*_key.pub; refusing to teach it to "
@@ -86,6 +115,36 @@ def trust_plan(inventory: Inventory, files: dict[str, SshFiles],
         changes += [change] if change else []
         refusals += problems
     return changes, refusals
+
+
+def _authorize_change(node: Node, peer: Node, public_key: str | None,
+                      authorized_keys: str | None) -> tuple[apply.Change | None, str]:
+    """The change appending node's public key to the peer's authorized_keys (None when it is there or
+    there is none), or the refusal when node's .pub is not one public key line."""
+    if not public_key:
+        return None, ""
+    try:
+        line = public_key_line(public_key)
+    except ValueError as error:
+        return None, (f"{node.name}: ~/.ssh/id_ed25519.pub is not one public key line ({error}); refusing to "
+                      f"authorize it on {peer.name} (fix: on {node.name}, rm ~/.ssh/id_ed25519.pub; "
+                      "setup-network derives it again from id_ed25519)")
+    if key_body(line) in [key_body(existing) for existing in (authorized_keys or "").splitlines()]:
+        return None, ""
+    content = authorized_keys or ""
+    content += ("" if not content or content.endswith("\n") else "\n") + line + "\n"
+    return apply.write_change(peer.name, paths.AUTHORIZED_KEYS, authorized_keys, content, mode=0o600,
+                              summary=f"authorize {node.name}'s key"), ""
+
+
+def _first_problem(keys: tuple[tuple[str, str], ...]) -> str:
+    """What is wrong with the first of keys (type, base64) that is not a public key; "" when all are."""
+    for kind, body in keys:
+        try:
+            public_key_line(f"{kind} {body}")
+        except ValueError as error:
+            return str(error)
+    return ""
 
 
 def _known_hosts_change(node: Node, peer: Node, known_hosts: str | None,

@@ -2,9 +2,11 @@
 
 Holds `shell` (commands, quoting), `ssh` (one verified connection per node), `tcp` (the socket
 under it: Nagle off, quick ACKs), `lines` (output cut into lines), `pair` (both nodes in parallel,
-`PairResult`), `docker` (Docker actions through the docker CLI over that same
-connection) and `lock` (one changing run per pair). The only package that imports
-paramiko or runs docker, and the only place a value is put into a remote shell. Takes plain
+`PairResult`), `docker` (Docker actions through the docker CLI over that same connection), `lock`
+(one changing run per pair), `httpio` (every HTTP request: one deadline, a byte cap on the answer)
+and `jsonfields` (typed reads of a JSON answer: a malformed one is one ShapeError). The only
+package that imports paramiko, runs docker or speaks HTTP, and the only place a value is put into a
+remote shell. Takes plain
 connection parameters (`SshTarget`); imports nothing of sparkpair but `errors` and `paths`.
 """
 

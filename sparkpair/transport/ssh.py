@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import logging
 import secrets
+import shlex
 import socket
 import sys
 import threading
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from sparkpair.errors import ConnectError, ConnectionLost, RemoteCommandError
 from sparkpair.paths import UPLOAD_PREFIX, under_home
-from sparkpair.transport import tcp
+from sparkpair.transport import httpio, tcp
 from sparkpair.transport.lines import LineSink
 from sparkpair.transport.shell import PATH_PREFIX, Command, Shell, command_text
 
@@ -53,7 +54,12 @@ class SshTarget:
 
     @property
     def address(self) -> str:
-        return f"{self.user}@{self.host}:{self.port}"
+        """`user@host:port` for a message (an IPv6 host in brackets); never a command's argument."""
+        return f"{self.user}@{httpio.url_host(self.host)}:{self.port}"
+
+    def copy_id_hint(self) -> str:
+        """The `ssh-copy-id` that authorizes key_file on the node, every value shell-quoted."""
+        return shlex.join(["ssh-copy-id", "-i", f"{self.key_file}.pub", "-p", str(self.port), f"{self.user}@{self.host}"])
 
 
 @dataclass(frozen=True)
@@ -155,7 +161,8 @@ class NodeConnection:
         key_file = target.key_file
         if not key_file.is_file():
             raise ConnectError(f"the SSH key {key_file} (cluster.ssh_key) does not exist on this machine",
-                               hint=f"ssh-keygen -t ed25519 -f {key_file}, then ssh-copy-id to both nodes")
+                               hint=f"{shlex.join(['ssh-keygen', '-t', 'ed25519', '-f', str(key_file)])}, "
+                                    "then ssh-copy-id to both nodes")
         client = paramiko.SSHClient()
         if target.known_hosts.is_file():
             client.load_host_keys(str(target.known_hosts))
@@ -305,35 +312,29 @@ class NodeConnection:
         except FileNotFoundError:
             return None
 
-    def http(self, port: int, method: str, path: str, body: bytes | None = None,
-             timeout: float = 10.0) -> tuple[int, bytes] | None:
-        """An HTTP request to 127.0.0.1:port on the node, tunnelled through this SSH connection.
+    def http(self, port: int, method: str, path: str, body: bytes | None = None, timeout: float = 10.0,
+             cap: int = httpio.ANSWER_CAP) -> httpio.Reply | None:
+        """An HTTP request to 127.0.0.1:port on the node, tunnelled through this SSH connection, done within
+        timeout seconds in all (the tunnel's opening included) and reading at most cap bytes of the answer.
 
-        None when nothing listens on the port (so no firewall between here and the node matters).
+        None when nothing listens on the port (so no firewall between here and the node matters); a Reply
+        with status 0 and the reason when no whole answer came in time or it was larger than cap.
         """
+        deadline = httpio.Deadline(timeout)
         try:
             transport = self._open().get_transport()
             if transport is None:
                 raise paramiko.SSHException("the SSH transport is closed")
             channel = transport.open_channel(
-                "direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0), timeout=timeout)
+                "direct-tcpip", ("127.0.0.1", port), ("127.0.0.1", 0), timeout=deadline.left())
         except paramiko.ChannelException:
             return None
+        except httpio.HttpFailure as failure:
+            return httpio.Reply.failed(failure)
         except (OSError, EOFError, paramiko.SSHException) as error:
             raise ConnectError(f"SSH tunnel to port {port} failed: {error}", node=self.name) from None
-        channel.settimeout(timeout)
-        import http.client  # here, not at start-up: it brings ssl (~18 ms), and only launch and status ask HTTP
-
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-        connection.sock = channel
-        try:
-            connection.request(method, path, body=body, headers={"Content-Type": "application/json"})
-            response = connection.getresponse()
-            return response.status, response.read()
-        except (OSError, http.client.HTTPException):
-            return None
-        finally:
-            connection.close()
+        return httpio.fetch(channel, deadline, method, path, body=body,
+                            headers={"Content-Type": "application/json"}, cap=cap)
 
     def _sftp_client(self) -> paramiko.SFTPClient:
         """The connection's SFTP session, opened on first use."""
@@ -370,11 +371,11 @@ def _connect_error(node: SshTarget, error: Exception) -> ConnectError:
         expected, offered = (fingerprint(k.get_name(), k.get_base64()) for k in (error.expected_key, error.key))
         return ConnectError(f"host key of {node.host} CHANGED: known_hosts has {expected}, "
                             f"the node offers {offered}; refusing to connect", node=node.name,
-                            hint=f"if the node was reinstalled: ssh-keygen -R {known_hosts_name(node.host, node.port)}"
-                                 f" -f {node.known_hosts}")
+                            hint="if the node was reinstalled: " + shlex.join(
+                                ["ssh-keygen", "-R", known_hosts_name(node.host, node.port), "-f", str(node.known_hosts)]))
     if isinstance(error, paramiko.AuthenticationException):
         return ConnectError(f"{target} refused key {node.key_file} (Permission denied (publickey))",
-                            node=node.name, hint=f"ssh-copy-id -i {node.key_file}.pub {target}")
+                            node=node.name, hint=node.copy_id_hint())
     if isinstance(error, socket.gaierror):
         return ConnectError(f"cannot resolve {node.host}", node=node.name, hint="fix nodes[].host or DNS")
     if isinstance(error, (TimeoutError, socket.timeout)):

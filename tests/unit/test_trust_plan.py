@@ -109,3 +109,48 @@ def test_restore_puts_back_a_file_a_command_overwrote_instead_of_deleting_it() -
     assert done == [f"removed {public}", f"restored {private}"]
     assert f"rm -f {private}" not in node.log and f"cp -a /home/nvidia/.sparkpair/backups/20250101-000000/" \
         f"home%nvidia%.ssh%id_ed25519 {private}" in node.log
+
+
+PEER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl sparkpair@spark-a"
+
+
+def _authorizing(public: str) -> tuple[list[apply.Change], list[str]]:
+    files = {"spark-a": trust.SshFiles(public, None, None, "spark-a", (HOST_KEY,), True),
+             "spark-b": trust.SshFiles(None, "ssh-ed25519 AAAAold x\n", None, "spark-b", (HOST_KEY,), True)}
+    return trust.trust_plan(SIM, files, {"spark-a": HOST_KEY, "spark-b": HOST_KEY})
+
+
+def test_exactly_one_public_key_line_is_appended_to_the_peers_authorized_keys() -> None:
+    changes, refusals = _authorizing(PEER_KEY)
+    [authorize] = [change for change in changes if change.summary == "authorize spark-a's key"]
+    assert refusals == [] and authorize.node == "spark-b"
+    assert authorize.actions[0].content == f"ssh-ed25519 AAAAold x\n{PEER_KEY}\n"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("public", "why"), [
+    (f"{PEER_KEY}\nssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA== extra", "2 lines, not one"),
+    (f'command="touch /tmp/x",no-pty {PEER_KEY}', "does not start with a key type"),
+    (f"from=\"*\" {PEER_KEY}", "does not start with a key type"),
+    ("ssh-foo AAAAC3NzaC1lZDI1NTE5AAAAIOMq", "does not start with a key type"),
+    ("ssh-ed25519 not!base64 x", "not base64 of a ssh-ed25519 key"),
+    ("ssh-rsa AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl x", "not a ssh-rsa key"),
+    (f"{PEER_KEY}\x1b[2J", "control or non-ASCII characters"),
+    (f"{PEER_KEY}\r", "control or non-ASCII characters"),
+])
+def test_a_pub_file_that_is_not_one_key_line_is_refused_naming_the_node(public: str, why: str) -> None:
+    changes, refusals = _authorizing(public)
+    assert not [change for change in changes if change.summary == "authorize spark-a's key"]
+    [refusal] = refusals
+    assert refusal.startswith("spark-a: ~/.ssh/id_ed25519.pub is not one public key line (") and why in refusal
+    assert refusal.endswith("refusing to authorize it on spark-b (fix: on spark-a, rm ~/.ssh/id_ed25519.pub; "
+                            "setup-network derives it again from id_ed25519)")
+    assert "touch" not in refusal and "\x1b" not in refusal
+
+
+def test_a_host_key_line_that_is_not_a_key_is_never_taught() -> None:
+    bad = ("ssh-ed25519", "AAAA\x1b[2J")
+    files = {"spark-a": _files(None, False), "spark-b": trust.SshFiles(None, None, None, "spark-b", (HOST_KEY, bad), False)}
+    changes, refusals = trust.trust_plan(SIM, files, {"spark-a": HOST_KEY, "spark-b": HOST_KEY})
+    assert [c.summary for c in changes] == ["learn spark-a's host keys for 198.19.1.11, 198.19.2.11, spark-a"]
+    assert refusals == ["spark-b: /etc/ssh/ssh_host_*_key.pub holds a line that is not one host key (control or "
+                        "non-ASCII characters in it); refusing to teach its host keys to spark-a"]
