@@ -83,7 +83,8 @@ def serving(pair: Pair, inventory: Inventory, profile_name: str) -> Serving:
     if state is None or not state.running:
         raise SparkpairError("the server is not serving: nothing was launched, or it was stopped", hint=fix)
     nodes = state.nodes or [inventory.head.name]
-    endpoint = Endpoint(inventory.node(nodes[0]).host, inventory.server.port, inventory.profile(profile_name).target)
+    target = inventory.for_runtime(state.runtime).profile(profile_name).target
+    endpoint = Endpoint(inventory.node(nodes[0]).host, inventory.server.port, target)
     if state.profile != profile_name:
         raise SparkpairError(f"the server runs profile {state.profile}, not {profile_name}", hint=fix)
     models = served_models(endpoint)
@@ -98,7 +99,8 @@ def serving(pair: Pair, inventory: Inventory, profile_name: str) -> Serving:
 def _relaunch(pair: Pair, config: EngineConfig, nodes: list[str], progress: Progress) -> None:
     """Launch config (containers and cached models reused); launch's own progress goes to stderr."""
     single = None if config.inventory.profile(config.profile).is_pair else nodes[0]
-    options = LaunchOptions(config.profile, timeout=RELAUNCH_TIMEOUT_S, model_source="cached", node=single)
+    options = LaunchOptions(profile=config.profile, runtime=config.inventory.runtime, timeout=RELAUNCH_TIMEOUT_S,
+                            model_source="cached", node=single)
     progress(Event("bench", f"relaunching as {config.label} (profile {config.profile})"))
     result = launch(pair, config.inventory, options, lambda event: progress(_demoted(event)))
     if not result.ok:
@@ -191,7 +193,7 @@ def _restore(pair: Pair, original: EngineConfig, nodes: list[str], progress: Pro
 
 
 def _warn_if_drifted(pair: Pair, inventory: Inventory, profile_name: str, nodes: list[str], progress: Progress) -> None:
-    files = fabric.node_files(inventory, profile_name, fabric.gather_fabrics(pair, inventory, nodes))
+    files = fabric.node_files(inventory, inventory.profile(profile_name), fabric.gather_fabrics(pair, inventory, nodes))
     if config_changes(pair, files, nodes):
         progress(Event("", f"the running engine's config differs from what the inventory renders for {profile_name}: "
                            "the results describe what runs (`sparkpair launch --dry-run` shows the difference)",
@@ -210,7 +212,7 @@ def provenance(inventory: Inventory, options: BenchOptions, found: Serving) -> d
     file_sha = hashlib.sha256(path.read_bytes()).hexdigest() if path and path.is_file() else None
     return {"inventory": {"path": str(path) if path else None, "sha256": _digest(resolved), "file_sha256": file_sha},
             "profile": options.profile, "target": profile.target, "draft": profile.draft,
-            "max_draft_len": launched_draft_len(profile), "image": inventory.container.image,
+            "max_draft_len": launched_draft_len(profile), "runtime": profile.runtime, "image": inventory.container.image,
             "image_id": found.state.image_id, "revisions": found.state.revisions,
             "endpoint": found.endpoint.url, "nodes": found.nodes, "transport": found.state.transport,
             "fabric": fabric_facts(found.state)}
@@ -269,8 +271,9 @@ def run_bench(pair: Pair, inventory: Inventory, options: BenchOptions, progress:
     not yet written (`write_outputs`), so that a failed write loses nothing measured."""
     benchplots.ensure_matplotlib()
     prompts = load_prompts(options.prompts)
-    configs = plan_configs(inventory, options.profile, options.draft_lengths, options.compare_baseline)
     found = serving(pair, inventory, options.profile)
+    inventory = inventory.for_runtime(found.state.runtime)  # the profile as it runs: on the launched runtime
+    configs = plan_configs(inventory, options.profile, options.draft_lengths, options.compare_baseline)
     check_out_dir(options.out_dir)
     _warn_if_drifted(pair, inventory, options.profile, found.nodes, progress)
     started = time.time()

@@ -37,7 +37,10 @@ class EngineConfig:
 
 
 def launched_draft_len(profile: Profile) -> int | None:
-    """The max_draft_len the engine config of profile carries (None without a draft)."""
+    """The draft length the engine config of profile carries (None without a draft): TensorRT-LLM's
+    max_draft_len, vLLM's num_speculative_tokens."""
+    if profile.runtime == "vllm":
+        return (profile.max_draft_len or 3) if profile.draft else None
     speculative = recipe.llm_api_options(profile).get("speculative_config")
     return int(speculative["max_draft_len"]) if isinstance(speculative, dict) else None
 
@@ -53,6 +56,8 @@ def variant_inventory(inventory: Inventory, profile_name: str, name: str, change
     Without a draft, any speculative_config an override put into llm_api goes too.
     """
     spec = deep_merge(profile_sources(inventory.models)[profile_name], changes)
+    for runtime, variant in (spec.get("variants") or {}).items():  # the variant runs too: it changes the same way
+        spec["variants"][runtime] = {**variant, **changes}
     if not spec.get("draft"):
         spec["llm_api"] = {k: v for k, v in (spec.get("llm_api") or {}).items() if k != "speculative_config"}
     data = json_data(inventory)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from sparkpair.inventory import Inventory
+from sparkpair.inventory.profiles import Profile
 from sparkpair.probes import NodeFacts, Probe, docker
 
 RUNBOOK = "docs/runbooks.md"
@@ -75,8 +76,8 @@ def skip(check: str, node: str, detail: str) -> Finding:
 class Facts:
     """Everything doctor learned: per node probe facts, connection errors, and operator-side facts."""
 
-    inventory: Inventory
-    profile: str
+    inventory: Inventory            # as the profile's runtime sees it (Inventory.for_runtime)
+    profile: Profile                # resolved: on its runtime
     nodes: dict[str, NodeFacts] = field(default_factory=dict)
     unreachable: dict[str, str] = field(default_factory=dict)
     connect_hints: dict[str, str] = field(default_factory=dict)   # the fix for each unreachable node
@@ -99,7 +100,7 @@ class Facts:
     def rank_nodes(self) -> list[str]:
         """Nodes that run a rank of the profile, the serving one first: both for TP=2, one for TP=1."""
         serving = self.serving_node or self.inventory.head.name
-        if self.inventory.profile(self.profile).is_pair:
+        if self.profile.is_pair:
             return [serving] + [n.name for n in self.inventory.nodes if n.name != serving]
         return [serving]
 
@@ -127,7 +128,7 @@ def run_checks(facts: Facts, checks: Iterable[tuple[str, CheckFunction]], only: 
 def judge(inventory: Inventory, nodes: Mapping[str, NodeFacts], checks: Iterable[tuple[str, CheckFunction]],
           only: Iterable[str], unreachable: Mapping[str, str] | None = None) -> list[Finding]:
     """The findings of checks over facts gathered elsewhere (setup-network), limited to the ids in only."""
-    facts = Facts(inventory, inventory.server.profile, dict(nodes), dict(unreachable or {}))
+    facts = Facts(inventory, inventory.profile(), dict(nodes), dict(unreachable or {}))
     return run_checks(facts, checks, set(only))
 
 

@@ -10,11 +10,12 @@ from sparkpair import probes
 from sparkpair.checks import Facts, engine, links
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory, Node
+from sparkpair.inventory.profiles import Profile
 from sparkpair.probes import NodeFacts, Probe, host
 from sparkpair.transport import NodeConnection, Pair
 
 
-def node_probes(inventory: Inventory, node: Node, profile: str,
+def node_probes(inventory: Inventory, node: Node, profile: Profile,
                 verify_budget: float = engine.VERIFY_BUDGET_S) -> list[Probe[Any]]:
     """Every probe doctor runs on one node (one round trip): what each check module judges; model files
     are hashed for at most verify_budget seconds."""
@@ -31,7 +32,7 @@ def clock_offset(connection: NodeConnection) -> float:
     return remote - (before + after) / 2
 
 
-def collect(pair: Pair, inventory: Inventory, profile: str, timeout: float) -> Facts:
+def collect(pair: Pair, inventory: Inventory, profile: Profile, timeout: float) -> Facts:
     """Facts from both nodes in parallel; an unreachable node is recorded, not raised."""
     facts = Facts(inventory, profile)
 

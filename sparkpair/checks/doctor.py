@@ -6,20 +6,22 @@ from sparkpair.checks import Facts, Finding, run_checks, selected
 from sparkpair.checks.catalog import CHECKS
 from sparkpair.checks.collect import collect
 from sparkpair.inventory import Inventory, hftoken
+from sparkpair.inventory.profiles import Profile
 from sparkpair.transport import Pair
 
 
-def doctor(pair: Pair, inventory: Inventory, profile: str, only: set[str] | None = None,
+def doctor(pair: Pair, inventory: Inventory, profile: Profile, only: set[str] | None = None,
            timeout: float = 60.0, deep: bool = False, serving_node: str = "",
            nccl_tests: str | None = None) -> list[Finding]:
-    """All findings for the pair and profile; with deep, also the MPI jobs (docs/runbooks.md#deep).
+    """All findings for the pair and profile (the inventory as the profile's runtime sees it:
+    Inventory.for_runtime); with deep, also the MPI jobs (docs/runbooks.md#deep).
 
     serving_node: where the endpoint will listen when it is not the head (a TP=1 launch's --node);
     nccl_tests: an all_gather_perf (or its build directory) on the nodes, when the image has none."""
     return examine(pair, inventory, profile, only, timeout, deep, serving_node, nccl_tests)[1]
 
 
-def examine(pair: Pair, inventory: Inventory, profile: str, only: set[str] | None = None, timeout: float = 60.0,
+def examine(pair: Pair, inventory: Inventory, profile: Profile, only: set[str] | None = None, timeout: float = 60.0,
             deep: bool = False, serving_node: str = "", nccl_tests: str | None = None) -> tuple[Facts, list[Finding]]:
     """doctor, also returning the facts it judged (launch derives each node's NCCL settings from them)."""
     facts = collect(pair, inventory, profile, timeout)

@@ -8,6 +8,7 @@ from typing import Any
 from sparkpair import paths
 from sparkpair.checks import Facts, Finding, fail, ok, per_node, reachable_nodes, skip, unreachable_skips, warn
 from sparkpair.inventory import Inventory
+from sparkpair.inventory.profiles import Profile
 from sparkpair.probes import NodeFacts, Probe, ProbeFailure, docker, host, models
 
 GIB = 1024 ** 3
@@ -26,10 +27,10 @@ def hub_probe(inventory: Inventory, repo: str) -> Probe[models.HubReach]:
     return models.hub(hub_endpoint(inventory), repo)
 
 
-def engine_probes(inventory: Inventory, profile: str, verify_budget: float = VERIFY_BUDGET_S) -> list[Probe[Any]]:
+def engine_probes(inventory: Inventory, profile: Profile, verify_budget: float = VERIFY_BUDGET_S) -> list[Probe[Any]]:
     """The probes these checks judge, on one node."""
     cache = inventory.container.hf_cache
-    repos = inventory.profile(profile).repos
+    repos = profile.repos
     return [host.LISTENERS, host.INFINIBAND_DEVICES, docker.DOCKER_INFO, docker.image_id(inventory.container.image),
             docker.container(inventory.container.name), models.cache_access(cache), host.free_bytes(cache),
             TOKEN_ON_NODE, *(models.manifest(cache, repo) for repo in repos),
@@ -122,7 +123,7 @@ def check_ports(facts: Facts) -> Iterable[Finding]:
 def check_models(facts: Facts) -> Iterable[Finding]:
     """Proves target and draft are complete and identical on the nodes, the cache is writable,
     disk suffices for what is missing, and a token exists when something must be downloaded."""
-    profile = facts.inventory.profile(facts.profile)
+    profile = facts.profile
     nodes = facts.rank_nodes()
     missing_anywhere = False
     cache = facts.inventory.container.hf_cache
@@ -178,7 +179,7 @@ def _cache_findings(name: str, node_facts: NodeFacts, cache: str, missing_bytes:
 def _model_match(facts: Facts, nodes: list[str]) -> Iterable[Finding]:
     if len(nodes) < 2:
         return
-    profile = facts.inventory.profile(facts.profile)
+    profile = facts.profile
     for repo in profile.repos:
         manifests = [facts.fact(n, models.manifest(facts.inventory.container.hf_cache, repo)) for n in nodes]
         if any(m is None or isinstance(m, ProbeFailure) or not m.complete for m in manifests):
@@ -193,7 +194,7 @@ def _model_match(facts: Facts, nodes: list[str]) -> Iterable[Finding]:
 def _content(facts: Facts, nodes: list[str]) -> Iterable[Finding]:
     """models.match per node: every file's content is what its blob name says (sha256 for LFS files,
     the git blob sha1 for the others), and every snapshot entry is a link to such a blob."""
-    profile = facts.inventory.profile(facts.profile)
+    profile = facts.profile
     cache = facts.inventory.container.hf_cache
     for name, node_facts in reachable_nodes(facts):
         found = next((value for _, value in node_facts.of_kind(models.CONTENT)), None)
@@ -240,7 +241,7 @@ def hub_verdict(inventory: Inventory, reach: Mapping[str, object]) -> tuple[bool
 
 def _hub(facts: Facts, nodes: list[str], needed: bool) -> Finding:
     """models.hub: whether the rank nodes reach the hub (one unauthenticated request each, no token)."""
-    probe = hub_probe(facts.inventory, facts.inventory.profile(facts.profile).repos[0])
+    probe = hub_probe(facts.inventory, facts.profile.repos[0])
     reach = {name: facts.fact(name, probe) for name in nodes if name not in facts.unreachable}
     if any(value is None for value in reach.values()) or not reach:
         return skip("models.hub", "pair", "not asked")

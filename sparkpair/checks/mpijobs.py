@@ -22,8 +22,10 @@ from sparkpair.checks.deep import NCCL_ARGS, NCCL_DEBUG, SUFFIX, DeepRun, parse_
 from sparkpair.engine import containers
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory, hftoken
+from sparkpair.inventory.profiles import Profile
 from sparkpair.probes import docker
 from sparkpair.render import recipe
+from sparkpair.runtimes import trtllm
 from sparkpair.transport import NodeConnection, Pair, PairResult, Shell
 from sparkpair.transport import docker as docker_cli
 
@@ -33,9 +35,9 @@ NCCL_BINARIES = ("all_gather_perf", "/opt/nccl-tests/build/all_gather_perf",
 KILL_GRACE_S = 5
 
 
-def mpirun_prefix(inventory: Inventory, profile: str) -> list[str]:
+def mpirun_prefix(inventory: Inventory, profile: Profile) -> list[str]:
     """Launch's mpirun line up to the program: hostfile, rsh agent, forwarded env (no rank log files)."""
-    argv = recipe.mpirun_argv(inventory, inventory.profile(profile))
+    argv = recipe.mpirun_argv(inventory, profile)
     prefix = argv[:argv.index("trtllm-llmapi-launch")]
     cut = prefix.index("--output-filename")
     return prefix[:cut] + prefix[cut + 2:]
@@ -52,8 +54,11 @@ def bounded(argv: list[str], timeout: float) -> list[str]:
 
 def blocker(facts: Facts) -> str:
     """Why the deep jobs cannot run on this pair (empty: they can)."""
-    if not facts.inventory.profile(facts.profile).is_pair:
-        return f"profile {facts.profile} runs one rank; the deep checks need a TP=2 profile"
+    if not facts.profile.is_pair:
+        return f"profile {facts.profile.name} runs one rank; the deep checks need a TP=2 profile"
+    if facts.profile.runtime != "trtllm":
+        return (f"the deep checks run mpirun and nccl-tests in TensorRT-LLM's image; profile {facts.profile.name} "
+                f"runs on {facts.profile.runtime} (sparkpair doctor --deep with --runtime trtllm proves the fabric)")
     for name in facts.nodes:
         node = facts.nodes[name]
         if name in facts.unreachable:
@@ -164,7 +169,7 @@ def start_short_lived(pair: Pair, facts: Facts, nccl_tests: str | None = None) -
         connection.check(Shell("mkdir -p -m 700 {} {}", f"{connection.home}/{DOCTOR_DIR}", directory))
         for item in files[connection.name]:
             connection.put(item.content, f"{directory}/{item.path}", mode=item.mode)
-        spec = containers.node_spec(doctor, connection, fabrics.get(connection.name))
+        spec = containers.node_spec(doctor, trtllm.RUNTIME, connection, fabrics.get(connection.name))
         spec = replace(spec, mounts={**spec.mounts, recipe.CONFIG_DIR: (directory, "ro"), **extra},
                        labels={**spec.labels, "sparkpair.doctor": "deep"})
         containers.ensure(connection, spec, replace_existing=True)

@@ -23,7 +23,7 @@ GIB = 1024 ** 3
 def check_inventory(facts: Facts) -> Iterable[Finding]:
     """Proves the inventory parsed; warns where a node's twins share one subnet."""
     inventory = facts.inventory
-    yield ok("inventory.valid", "pair", f"{inventory.head.name} (head), {inventory.worker.name}; profile {facts.profile}")
+    yield ok("inventory.valid", "pair", f"{inventory.head.name} (head), {inventory.worker.name}; profile {facts.profile.name}")
     yield from inventory_warnings(inventory)
 
 
@@ -121,7 +121,7 @@ def check_memory(facts: Facts) -> Iterable[Finding]:
 
 def needed_gib(facts: Facts, name: str) -> float:
     """The node's need: real model sizes from its cache when complete, else the profile's estimates."""
-    profile = facts.inventory.profile(facts.profile)
+    profile = facts.profile
     sizes = []
     for repo, estimate in ((profile.target, profile.target_gib), (profile.draft, profile.draft_gib)):
         if repo is None:

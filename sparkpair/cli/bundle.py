@@ -36,9 +36,11 @@ def bundle_cmd(app: App, out: Path | None) -> int:
                 state = read_state(pair.head)
             except SparkpairError:
                 state = None
-            profile = state.profile if state and state.profile in inv.profiles else inv.server.profile
-            findings = doctor(pair, inv, profile)
-            return json.dumps({"profile": profile, "findings": [f.as_dict() for f in findings]}, indent=2)
+            view = inv.for_runtime(state.runtime) if state else inv  # the profile as it was launched
+            profile = view.profile(state.profile if state and state.profile in inv.profiles else None)
+            findings = doctor(pair, view.for_runtime(profile.runtime), profile)
+            return json.dumps({"profile": profile.name, "runtime": profile.runtime,
+                               "findings": [f.as_dict() for f in findings]}, indent=2)
 
         result = bundle(pair, inv, target, Path(app.inventory_path), doctor_json, report.event)
     report.bundle_result(result)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import click
 
 from sparkpair.cli.app import App, cli, pass_app
-from sparkpair.cli.options import Seconds, known_profile, nccl_tests_path, split_ids
+from sparkpair.cli.options import Seconds, nccl_tests_path, resolved_profile, runtime_option, split_ids
 
 
 @cli.command("doctor")
 @click.argument("profile", required=False)
+@runtime_option
 @click.option("--json", "as_json", is_flag=True, help="Findings as JSON.")
 @click.option("--deep", is_flag=True, help="Also run MPI across both nodes inside the engine container.")
 @click.option("--only", metavar="ID,..", help="Only these check ids or groups (e.g. links,path).")
@@ -18,7 +19,7 @@ from sparkpair.cli.options import Seconds, known_profile, nccl_tests_path, split
 @click.option("--nccl-tests", metavar="PATH", help="With --deep: all_gather_perf (or its build directory) at this "
                                                  "path on both nodes, when the engine image has no nccl-tests.")
 @pass_app
-def doctor_cmd(app: App, profile: str | None, as_json: bool, deep: bool, only: str | None, timeout: float,
+def doctor_cmd(app: App, profile: str | None, runtime: str | None, as_json: bool, deep: bool, only: str | None, timeout: float,
                nccl_tests: str | None) -> int:
     """Read-only preflight: every known failure of a Spark pair, each with its fix. Exit 1 on any FAIL.
     --deep starts short-lived containers, so it takes the pair's lock."""
@@ -26,7 +27,8 @@ def doctor_cmd(app: App, profile: str | None, as_json: bool, deep: bool, only: s
 
     nccl_tests = nccl_tests_path(nccl_tests, "--deep", deep)
     inv = app.inventory
-    name = known_profile(inv, profile)
+    chosen = resolved_profile(inv, profile, runtime)
+    name = chosen.name
     start = time.monotonic()
     connecting = app.pair(connect_timeout=min(timeout, 30.0))  # the handshakes overlap the imports below
 
@@ -38,10 +40,11 @@ def doctor_cmd(app: App, profile: str | None, as_json: bool, deep: bool, only: s
         # --deep starts containers on the nodes: it takes the pair's lock (when the head answers at all;
         # an unreachable head is one of the findings, and no MPI job runs without it)
         with app.locked(pair, "doctor --deep", dry_run=not (deep and app.reachable(pair.head))):
-            findings = doctor(pair, inv, name, split_ids(only), timeout=timeout, deep=deep, nccl_tests=nccl_tests)
+            findings = doctor(pair, inv.for_runtime(chosen.runtime), chosen, split_ids(only), timeout=timeout,
+                              deep=deep, nccl_tests=nccl_tests)
     elapsed = time.monotonic() - start
     if as_json:
-        report.emit_json({"profile": name, "elapsed_s": round(elapsed, 2),
+        report.emit_json({"profile": name, "runtime": chosen.runtime, "elapsed_s": round(elapsed, 2),
                           "findings": [f.as_dict() for f in findings]})
     else:
         report.findings(findings, elapsed)

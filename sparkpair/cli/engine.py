@@ -5,13 +5,14 @@ from __future__ import annotations
 import click
 
 from sparkpair.cli.app import App, cli, pass_app
-from sparkpair.cli.options import Seconds, known_profile, nccl_tests_path
+from sparkpair.cli.options import Seconds, known_profile, nccl_tests_path, resolved_profile, runtime_option
 
 DIAGNOSE_TAIL = 2000  # lines per rank `logs --diagnose` reads by default
 
 
 @cli.command("launch")
 @click.argument("profile", required=False)
+@runtime_option
 @click.option("--dry-run", is_flag=True, help="Preflight and show what would change; start nothing.")
 @click.option("--timeout", type=Seconds(1, 86400), default=1800.0, show_default=True,
               help="Seconds to wait for the server to become ready.")
@@ -37,8 +38,9 @@ DIAGNOSE_TAIL = 2000  # lines per rank `logs --diagnose` reads by default
 @click.option("--nccl-tests", metavar="PATH", help="With --check-fabric: all_gather_perf (or its build directory) at "
                                                  "this path on both nodes, when the image has no nccl-tests.")
 @pass_app
-def launch_cmd(app: App, profile: str | None, dry_run: bool, timeout: float, no_wait: bool, stall_after: str | None,
-               model_source: str, split_download: bool, copy_transport: str, replace: bool, keep_on_failure: bool,
+def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool, timeout: float, no_wait: bool,
+               stall_after: str | None, model_source: str, split_download: bool, copy_transport: str, replace: bool,
+               keep_on_failure: bool,
                node: str | None, check_fabric: bool, nccl_tests: str | None) -> int:
     """Start PROFILE (default: server.profile) across the pair and wait until it answers."""
     from sparkpair import report
@@ -55,8 +57,10 @@ def launch_cmd(app: App, profile: str | None, dry_run: bool, timeout: float, no_
         raise click.BadParameter("only with --model-source hub (both nodes download from the hub)",
                                  param_hint="--split-download")
     inv = app.inventory
-    options = LaunchOptions(known_profile(inv, profile), timeout, not no_wait, model_source, replace,
-                            keep_on_failure, node, stall_after=limits, check_fabric=check_fabric,
+    resolved_profile(inv, profile, runtime)  # an unknown profile or a missing variant is a usage error
+    options = LaunchOptions(profile=known_profile(inv, profile), runtime=runtime, timeout=timeout, wait=not no_wait,
+                            model_source=model_source, replace=replace, keep_on_failure=keep_on_failure, node=node,
+                            stall_after=limits, check_fabric=check_fabric,
                             nccl_tests=nccl_tests_path(nccl_tests, "--check-fabric", check_fabric),
                             copy_transport=copy_transport, split_download=split_download)
     with app.pair() as pair:
@@ -132,10 +136,11 @@ def stop_cmd(app: App, dry_run: bool) -> int:
     with app.pair() as pair:
         pair.connect()
         if dry_run:
+            names = lifecycle.engine_container_names(app.inventory)
             for name, connection in pair.nodes.items():
-                found = containers.find(connection, app.inventory.container.name)
-                report.line(f"{name}: " + (f"would remove {found.name} ({found.status})" if found else
-                                           f"no {app.inventory.container.name} container"))
+                found = [item for item in (containers.find(connection, each) for each in names) if item]
+                report.line(f"{name}: " + ("; ".join(f"would remove {item.name} ({item.status})" for item in found)
+                                           or f"no {' or '.join(names)} container"))
             return 0
         with app.locked(pair, "stop"):
             for name, outcome in lifecycle.stop(pair, app.inventory).items():

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from sparkpair.cli.app import App, cli, pass_app
-from sparkpair.cli.options import known_profile
+from sparkpair.cli.options import resolved_profile, runtime_option
+
+if TYPE_CHECKING:
+    from sparkpair.inventory import Inventory
+    from sparkpair.inventory.profiles import Profile
 
 
 @cli.group()
@@ -20,15 +25,22 @@ def inventory() -> None:
 def inventory_check(app: App) -> None:
     """Validate the inventory and render everything from it, without touching a node; the inventory's
     own doctor warnings (e.g. inventory.twin-subnets) go to stderr."""
-    from sparkpair import render, report
+    from sparkpair import report
     from sparkpair.checks.node import inventory_warnings
+    from sparkpair.runtimes import render_profile
 
     inv = app.inventory
-    files = [f for name in inv.profiles for f in render.render_all(inv, name, app.inventory_path)]
+    files = [f for profile in _every_variant(inv) for f in render_profile(inv, profile, app.inventory_path)]
     report.inventory_ok(app.inventory_path, {"nodes": [f"{inv.head.name} (head)", inv.worker.name],
                                              "profile": inv.server.profile, "files": len(files)})
     for finding in inventory_warnings(inv):
         report.warning(f"{finding.node}: {finding.check}: {finding.detail} (fix: {finding.fix})")
+
+
+def _every_variant(inv: Inventory) -> list[Profile]:
+    """Every profile on its own runtime, and on each runtime it has a variant for."""
+    return [inv.profile(name, runtime) for name, profile in inv.profiles.items()
+            for runtime in (profile.runtime, *(r for r in profile.variants if r != profile.runtime))]
 
 
 @inventory.command("show")
@@ -61,14 +73,15 @@ def inventory_schema() -> None:
 
 @cli.command("render")
 @click.argument("profile", required=False)
+@runtime_option
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Directory to write the files into.")
 @pass_app
-def render_cmd(app: App, profile: str | None, out_dir: Path) -> None:
+def render_cmd(app: App, profile: str | None, runtime: str | None, out_dir: Path) -> None:
     """Write every file sparkpair would put on the nodes for PROFILE, for review."""
     from sparkpair import render, report
+    from sparkpair.runtimes import render_profile
 
     inv = app.inventory
-    name = known_profile(inv, profile)
-    files = render.render_all(inv, name, app.inventory_path)
+    files = render_profile(inv, resolved_profile(inv, profile, runtime), app.inventory_path)
     report.written_files(out_dir, render.write_files(files, out_dir))

@@ -30,6 +30,23 @@ def known_profile(inv: Any, name: str | None) -> str:
     return name
 
 
+RUNTIME_CHOICES = ("trtllm", "vllm")  # sparkpair.runtimes.RUNTIME_NAMES, without importing it at start-up
+runtime_option = click.option(
+    "--runtime", type=click.Choice(RUNTIME_CHOICES), default=None,
+    help="The engine: trtllm (TensorRT-LLM) or vllm. Default: the profile's own runtime (its `runtime` field); "
+         "another runtime uses the profile's variant for it (docs/profiles.md).")
+
+
+def resolved_profile(inv: Any, name: str | None, runtime: str | None) -> Any:
+    """The profile named (default: server.profile) on runtime (default: its own), as an object; a usage error
+    names what is missing."""
+    name = known_profile(inv, name)
+    try:
+        return inv.profile(name, runtime)
+    except KeyError as error:
+        raise click.BadParameter(str(error.args[0]), param_hint="--runtime") from None
+
+
 def int_list(value: str, option: str) -> list[int]:
     try:
         numbers = [int(part) for part in value.split(",") if part.strip()]

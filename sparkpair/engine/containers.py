@@ -16,6 +16,7 @@ from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory
 from sparkpair.probes import NodeFacts, Probe, ProbeFailure, docker, host
 from sparkpair.render import recipe
+from sparkpair.runtimes import Runtime
 from sparkpair.transport import NodeConnection, Shell
 from sparkpair.transport import docker as docker_cli
 
@@ -37,19 +38,19 @@ def ask(connection: NodeConnection, probe: Probe[T]) -> T:
     return cast(T, facts[probe])
 
 
-def node_spec(inventory: Inventory, connection: NodeConnection, fabric: recipe.NodeFabric | None = None,
-              known: NodeFacts | None = None) -> recipe.ContainerSpec:
-    """The spec for this node: GPUs when the NVIDIA runtime exists, /dev/infiniband when present, and the
-    node's own NCCL_IB_HCA and GID index in its environment (fabric, asked of this node). known: facts
+def node_spec(inventory: Inventory, runtime: Runtime, connection: NodeConnection,
+              fabric: recipe.NodeFabric | None = None, known: NodeFacts | None = None) -> recipe.ContainerSpec:
+    """The runtime's spec for this node: GPUs when the NVIDIA runtime exists, /dev/infiniband when present, and
+    the node's own NCCL_IB_HCA and GID index in its environment (fabric, asked of this node). known: facts
     already gathered on the node this run (launch's preflight); only what they lack is asked."""
     wanted = [docker.DOCKER_INFO, host.INFINIBAND_DEVICES]
     facts = known if known is not None and all(probe in known for probe in wanted) else probes.gather(connection, wanted)
     info = facts.get(docker.DOCKER_INFO)
     if isinstance(info, ProbeFailure) or info is None:
         raise SparkpairError(f"docker info failed: {info}", node=connection.name)
-    return recipe.container_spec(inventory, inventory.node(connection.name), connection.home,
-                                 gpus="nvidia" in info.runtimes, infiniband=facts.get(host.INFINIBAND_DEVICES) is True,
-                                 fabric=fabric)
+    return runtime.container_spec(inventory, inventory.node(connection.name), connection.home,
+                                  gpus="nvidia" in info.runtimes, infiniband=facts.get(host.INFINIBAND_DEVICES) is True,
+                                  fabric=fabric)
 
 
 def image_id(connection: NodeConnection, image: str) -> str | None:

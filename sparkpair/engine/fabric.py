@@ -18,7 +18,9 @@ from typing import Any
 from sparkpair import probes, render
 from sparkpair.checks import Facts, Finding, Status, roce
 from sparkpair.inventory import Inventory
+from sparkpair.inventory.profiles import Profile
 from sparkpair.render.recipe import NodeFabric
+from sparkpair.runtimes import runtime_of
 from sparkpair.transport import NodeConnection, Pair
 
 PROOF_TIMEOUT_S = 120.0
@@ -39,11 +41,13 @@ def gather_fabrics(pair: Pair, inventory: Inventory, nodes: list[str]) -> dict[s
     return dict(pair.each(ask, names=nodes).raise_first().values)
 
 
-def node_files(inventory: Inventory, profile: str,
+def node_files(inventory: Inventory, profile: Profile,
                fabrics: dict[str, NodeFabric | None]) -> dict[str, list[render.RenderedFile]]:
-    """What launch writes to ~/.sparkpair/config on each rank node: the same files, but each node's own
-    container.env."""
-    return {name: render.node_config_files(inventory, profile, fabric) for name, fabric in fabrics.items()}
+    """What launch writes to ~/.sparkpair/config on each rank node (the profile's runtime says what): the same
+    files, but each node's own container.env."""
+    runtime = runtime_of(profile)
+    return {name: runtime.config_files(inventory, profile, inventory.node(name), fabric)
+            for name, fabric in fabrics.items()}
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
 """sparkpair launch: from an inventory to an OpenAI-compatible endpoint on the head node.
 
 Preflight (doctor's launch-critical checks) -> engine config on the nodes -> containers on both
-nodes -> models on both nodes -> mpirun in the head container -> readiness. A failure names its
-cause from the ranks' logs and tears the partial launch down unless --keep-on-failure. Progress
-goes to a callback; the caller gets a `LaunchResult` (or `plan_launch`'s `LaunchPlan`, the dry run).
+nodes -> models on both nodes -> the runtime's start commands (TensorRT-LLM: mpirun in the head
+container; vLLM: `vllm serve` on every rank node, or a Ray cluster first) -> readiness. A failure
+names its cause from the ranks' logs and tears the partial launch down unless --keep-on-failure.
+Progress goes to a callback; the caller gets a `LaunchResult` (or `plan_launch`'s `LaunchPlan`, the
+dry run). The profile is resolved on its runtime once (`resolve`) and travels as that object.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from sparkpair.inventory.profiles import Profile
 from sparkpair.probes import models
 from sparkpair.progress import Event, Progress
 from sparkpair.render import recipe
+from sparkpair.render.recipe import Start
+from sparkpair.runtimes import Runtime, rank_nodes, runtime_of
 from sparkpair.transport import NodeConnection, Pair, Shell
 
 JOURNAL = "launch"
@@ -31,9 +35,12 @@ SINGLE_NODE_CHECKS = ("reach.ssh", "reach.sudo", "platform.gpu", "docker", "port
                       "models.disk", "memory")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LaunchOptions:
+    """What the operator asked of a launch (the CLI's options)."""
+
     profile: str
+    runtime: str | None = None          # None: the profile's own (--runtime)
     timeout: float = 1800.0
     wait: bool = True
     model_source: str = "hub"
@@ -87,28 +94,37 @@ class LaunchPlan:
     model_source: str
     serve: str
     preflight: list[Finding] = field(default_factory=list)
+    runtime: str = "trtllm"
 
 
-def rank_nodes(inventory: Inventory, profile: Profile, node: str | None) -> list[str]:
-    """Node names in rank order: both for TP=2 (head first), the chosen one for TP=1."""
-    if profile.is_pair:
-        if node is not None:
-            raise UsageError(f"--node: this profile runs on both nodes (tp_size {profile.tp_size})")
-        return [n.name for n in inventory.nodes]
-    if node is not None and node not in [n.name for n in inventory.nodes]:
-        raise UsageError(f"--node: no node {node!r}; the inventory has {', '.join(n.name for n in inventory.nodes)}")
-    return [node or inventory.head.name]
+def resolve(inventory: Inventory, options: LaunchOptions) -> tuple[Inventory, Profile]:
+    """The profile on the runtime asked for, and the inventory as that runtime sees it; a profile without that
+    runtime's variant, or a setting the engine does not know, is refused before any node is asked."""
+    from sparkpair.errors import RenderError
+
+    try:
+        profile = inventory.profile(options.profile, options.runtime)
+    except KeyError as error:
+        raise UsageError(str(error.args[0]), hint=f"sparkpair launch {options.profile} without --runtime") from None
+    view = inventory.for_runtime(profile.runtime)
+    problems = runtime_of(profile).problems(view, profile)
+    if problems:
+        raise RenderError(f"profile {profile.name}: {problems[0]}" +
+                          (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    return view, profile
 
 
-def preflight(pair: Pair, inventory: Inventory, options: LaunchOptions, nodes: list[str]) -> list[Finding]:
-    """The launch-critical doctor findings that FAIL (empty: go)."""
-    return examined(pair, inventory, options, nodes)[1]
+def command_line(starts: list[Start]) -> str:
+    """The start commands as the launch state records them: one shell line, or each node's line."""
+    if len(starts) == 1:
+        return recipe.shell_line(starts[0].argv)
+    return "\n".join(f"[{start.node}] {recipe.shell_line(start.argv)}" for start in starts)
 
 
-def examined(pair: Pair, inventory: Inventory, options: LaunchOptions,
+def examined(pair: Pair, inventory: Inventory, profile: Profile,
              nodes: list[str]) -> tuple[Facts, list[Finding]]:
     """The facts doctor gathered (each node's NCCL settings come from them), and the launch-critical FAILs."""
-    facts, findings = examine(pair, inventory, options.profile, serving_node=nodes[0])
+    facts, findings = examine(pair, inventory, profile, serving_node=nodes[0])
     relevant = [f for f in findings if f.status is Status.FAIL and is_launch_critical(f.check)]
     if len(nodes) == 1:
         relevant = [f for f in relevant if f.node == nodes[0] and selected(f.check, set(SINGLE_NODE_CHECKS))]
@@ -133,16 +149,15 @@ def config_changes(pair: Pair, files: dict[str, list[render.RenderedFile]], node
 
 def plan_launch(pair: Pair, inventory: Inventory, options: LaunchOptions) -> LaunchPlan:
     """Preflight and what a launch would change; starts nothing."""
-    profile = inventory.profile(options.profile)
+    inventory, profile = resolve(inventory, options)  # a bad profile fails here, before any node is asked
     nodes = rank_nodes(inventory, profile, options.node)
-    render.node_config_files(inventory, options.profile)  # a bad profile fails here, before any node is asked
-    facts, failures = examined(pair, inventory, options, nodes)
-    files = fabric.node_files(inventory, options.profile, fabric.node_fabrics(facts, nodes))
+    facts, failures = examined(pair, inventory, profile, nodes)
+    files = fabric.node_files(inventory, profile, fabric.node_fabrics(facts, nodes))
     states = {name: getattr(containers.find(pair.nodes[name], inventory.container.name), "status", "none")
               for name in nodes}
     return LaunchPlan(nodes, [] if failures else config_changes(pair, files, nodes), states, inventory.container.image,
-                      profile.repos, options.model_source, recipe.shell_line(recipe.mpirun_argv(inventory, profile)),
-                      failures)
+                      profile.repos, options.model_source,
+                      command_line(runtime_of(profile).starts(inventory, profile, nodes)), failures, profile.runtime)
 
 
 @dataclass
@@ -153,6 +168,7 @@ class _Run:
     inventory: Inventory
     options: LaunchOptions
     profile: Profile
+    runtime: Runtime
     nodes: list[str]
     progress: Progress
     fabrics: dict[str, recipe.NodeFabric | None] = field(default_factory=dict)
@@ -171,11 +187,10 @@ class _Run:
 
 def launch(pair: Pair, inventory: Inventory, options: LaunchOptions, progress: Progress) -> LaunchResult:
     """The whole launch, reporting progress as it goes."""
-    profile = inventory.profile(options.profile)
+    inventory, profile = resolve(inventory, options)  # a bad profile fails here, before any node is touched
     nodes = rank_nodes(inventory, profile, options.node)
-    render.node_config_files(inventory, options.profile)  # a bad profile fails here, before any node is touched
-    run = _Run(pair, inventory, options, profile, nodes, progress)
-    facts, failures = examined(pair, inventory, options, nodes)
+    run = _Run(pair, inventory, options, profile, runtime_of(profile), nodes, progress)
+    facts, failures = examined(pair, inventory, profile, nodes)
     if failures:
         return LaunchResult(preflight=failures)
     run.fabrics = fabric.node_fabrics(facts, nodes)
@@ -186,7 +201,7 @@ def launch(pair: Pair, inventory: Inventory, options: LaunchOptions, progress: P
         if not run.proof.ok:
             return LaunchResult(fabric=run.proof.failures)
         progress(Event("", "fabric: " + next(f.detail for f in run.proof.findings if f.check == "deep.nccl"), "result"))
-    changes = config_changes(pair, fabric.node_files(inventory, options.profile, run.fabrics), nodes)
+    changes = config_changes(pair, fabric.node_files(inventory, profile, run.fabrics), nodes)
     try:
         return _apply(run, changes)
     except KeyboardInterrupt:
@@ -207,17 +222,18 @@ def _apply(run: _Run, changes: list[apply.Change]) -> LaunchResult:
     _place_token(pair, nodes)
     run.stage = "starting the engine containers"
     started = _start_containers(run)
-    argv = recipe.mpirun_argv(inventory, run.profile)
+    starts = run.runtime.starts(inventory, run.profile, nodes)
+    command = command_line(starts)
     fresh = all(action in ("started", "replaced") for action in started.values())  # no engine runs in a new one
     if not fresh and lifecycle.engine_running(pair.nodes[nodes[0]], inventory):
         state = read_state(pair.head)
-        if not changes and state is not None and state.command == recipe.shell_line(argv) and state.nodes == nodes:
+        if not changes and state is not None and state.command == command and state.nodes == nodes:
             run.progress(Event("", "the engine is already running with this configuration", "result"))
             run.stage = "waiting for the engine to become ready"
             return replace(_finish(run), already_running=True)
         run.stage = "stopping the engine that ran the old configuration"
         run.say(nodes[0], "configuration or serve command changed: stopping the running engine")
-        lifecycle.stop_engine(pair, inventory, nodes)
+        lifecycle.stop_engine(pair, inventory, run.runtime, nodes)
     run.stage = "getting the models onto every node (a rerun resumes)"
     revisions = modelsync.ensure_models(pair, inventory, run.profile.repos, nodes, run.options.model_source,
                                         run.progress, modelsync.ModelOptions(run.options.model_source,
@@ -225,12 +241,14 @@ def _apply(run: _Run, changes: list[apply.Change]) -> LaunchResult:
                                                                              run.options.split_download))
     head = pair.nodes[nodes[0]]
     run.stage = "starting the engine"
-    run.say(head.name, "starting: " + recipe.shell_line(argv))
-    lifecycle.start_engine(head, inventory, argv)
+    for start in starts:
+        run.say(start.node, "starting: " + recipe.shell_line(start.argv))
+        lifecycle.start(pair.nodes[start.node], inventory, start)
     write_state(pair.head, LaunchState(
-        profile=run.options.profile, nodes=nodes, started=time.time(), command=recipe.shell_line(argv),
+        profile=run.options.profile, nodes=nodes, started=time.time(), command=command,
         endpoint=_endpoint(run), revisions=revisions, transport=inventory.container.mpi_transport,
-        image_id=containers.image_id(head, inventory.container.image), fabric=fabric.record(run.fabrics, run.proof)))
+        image_id=containers.image_id(head, inventory.container.image), fabric=fabric.record(run.fabrics, run.proof),
+        runtime=run.runtime.name))
     run.stage = "waiting for the engine to become ready"
     return _finish(run)
 
@@ -289,9 +307,10 @@ def _wait(head: NodeConnection, run: _Run) -> Readiness:
         stall = watchdog.poll()
         return stall.detail() if stall else None
 
+    starts = run.runtime.starts(run.inventory, run.profile, run.nodes)
     readiness = wait_ready(head, run.inventory.server.port, run.profile.target, run.options.timeout,
-                           lambda: lifecycle.exit_code(head, run.inventory), lambda text: run.say(head.name, text),
-                           watch=stalled)
+                           lambda: lifecycle.first_exit(run.pair, run.inventory, starts),
+                           lambda text: run.say(head.name, text), watch=stalled)
     watchdog.finish("ready" if readiness.ready else "stalled" if readiness.stalled else "stopped waiting")
     return readiness
 
@@ -306,18 +325,19 @@ def _watchdog(run: _Run) -> watch.Watchdog:
         target = facts.value(asked[0])
         draft = facts.value(asked[1]) if len(asked) > 1 else None
         expected[name] = watch.expected_bytes(target, draft, run.profile.tp_size) if target else 0
-    files = [lifecycle.rank_log_paths(index if len(run.nodes) > 1 else None) for index in range(len(run.nodes))]
+    files = [run.runtime.rank_log_paths(index if len(run.nodes) > 1 else None) for index in range(len(run.nodes))]
     return watch.Watchdog(run.pair, run.inventory.container.name, run.nodes, recipe.HF_HOME, files, expected,
-                          dict(run.options.stall_after), run.progress)
+                          dict(run.options.stall_after), run.progress, run.runtime)
 
 
 def _explain_failure(run: _Run, detail: str) -> LaunchFailure:
     head = run.pair.nodes[run.nodes[0]]
     texts = {}
     for rank, name in enumerate(run.nodes):
-        texts[name] = lifecycle.rank_logs(run.pair.nodes[name], run.inventory, rank if len(run.nodes) > 1 else None,
-                                          400)
-    texts["mpirun"] = lifecycle.rank_logs(head, run.inventory, None, 400) if len(run.nodes) > 1 else ""
+        texts[name] = lifecycle.rank_logs(run.pair.nodes[name], run.inventory, run.runtime,
+                                          rank if len(run.nodes) > 1 else None, 400)
+    launcher = run.runtime.launcher_log(len(run.nodes))
+    texts["mpirun"] = lifecycle.tail_files(head, run.inventory, [launcher], 400) if launcher else ""
     tails = {name: "\n".join(stages.clean_lines(text)[-20:]) for name, text in texts.items()}  # a redrawn bar: once
     return LaunchFailure(detail, tails, diagnose.classify("\n".join(texts.values())))
 
@@ -347,7 +367,7 @@ def _start_containers(run: _Run) -> dict[str, str]:
     """Each rank node's engine container as the spec says; what was done on each (started, reused, replaced)."""
     def start(connection: NodeConnection) -> str:
         known = run.facts.nodes.get(connection.name) if run.facts is not None else None
-        spec = containers.node_spec(run.inventory, connection, run.fabrics.get(connection.name), known)
+        spec = containers.node_spec(run.inventory, run.runtime, connection, run.fabrics.get(connection.name), known)
         return containers.ensure(connection, spec, run.options.replace, known)
     started = run.pair.each(start, names=run.nodes).raise_first()
     for name, outcome in started.values.items():

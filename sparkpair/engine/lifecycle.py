@@ -1,7 +1,9 @@
 """The running engine: start and stop its processes, read its logs, report its status.
 
-The serve command runs detached in the head container under a small shell that records its pid
-and, when mpirun ends, its exit code; rank output stays in log files inside the container.
+Each of the runtime's start commands (`runtimes`: mpirun on the head for TensorRT-LLM, `vllm serve` on
+every rank node for vLLM) runs detached in its node's container under a small shell that records its
+pid and, when it ends, its exit code; output stays in log files inside the container. Which runtime
+runs comes from the launch state; status, logs and stop read the inventory as that runtime sees it.
 """
 
 from __future__ import annotations
@@ -15,28 +17,59 @@ from typing import Any
 
 from sparkpair import paths
 from sparkpair.engine import containers
-from sparkpair.engine.readiness import listed_models
+from sparkpair.engine.readiness import HEALTH_CAP, listed_models
 from sparkpair.engine.state import LaunchState, read_state, write_state
 from sparkpair.errors import SparkpairError, last_line
 from sparkpair.inventory import Inventory
 from sparkpair.probes import ProbeFailure, docker, gather, prometheus, ranks
 from sparkpair.render import recipe
+from sparkpair.render.recipe import Start
+from sparkpair.runtimes import RUNTIME_NAMES, Runtime, runtime_named
 from sparkpair.transport import NodeConnection, Pair, Shell
 from sparkpair.transport import docker as docker_cli
+from sparkpair.transport.jsonfields import Field, ShapeError
 
 LOG = recipe.LOG_DIR
 SERVE_LOG = f"{LOG}/serve.log"
 
 
-def serve_wrapper(argv: list[str]) -> list[str]:
-    """sh -c that runs argv with output to serve.log, recording its pid and finally its exit code."""
-    script = (f"mkdir -p {LOG} && rm -f {LOG}/exit_code && echo $$ > {LOG}/serve.pid && "
-              f"{shlex.join(argv)} > {SERVE_LOG} 2>&1; echo $? > {LOG}/exit_code")
+def serve_wrapper(argv: list[str], log: str = "serve") -> list[str]:
+    """sh -c that runs argv with output to LOG/<log>.log, recording its pid (<log>.pid) and finally its exit code
+    (exit_code for the serve command, <log>.exit_code for the others)."""
+    done = f"{LOG}/{_exit_file(log)}"
+    script = (f"mkdir -p {LOG} && rm -f {done} && echo $$ > {LOG}/{log}.pid && "
+              f"{shlex.join(argv)} > {LOG}/{log}.log 2>&1; echo $? > {done}")
     return ["sh", "-c", script]
 
 
-def start_engine(head: NodeConnection, inventory: Inventory, argv: list[str]) -> None:
-    docker_cli.exec_detached(head, inventory.container.name, serve_wrapper(argv))
+def _exit_file(log: str) -> str:
+    return "exit_code" if log == "serve" else f"{log}.exit_code"
+
+
+def start(connection: NodeConnection, inventory: Inventory, command: Start) -> None:
+    """Start one of the runtime's commands, detached, in the node's engine container."""
+    docker_cli.exec_detached(connection, inventory.container.name, serve_wrapper(command.argv, command.log))
+
+
+def first_exit(pair: Pair, inventory: Inventory, starts: list[Start]) -> int | None:
+    """The exit code of the first start command that has ended (on any node), else None: a worker's `vllm serve`
+    that dies ends the start as surely as the head's."""
+    by_node: dict[str, list[str]] = {}
+    for command in starts:
+        by_node.setdefault(command.node, []).append(_exit_file(command.log))
+
+    def read(connection: NodeConnection) -> int | None:
+        files = " ".join(f"{LOG}/{name}" for name in by_node[connection.name])
+        try:
+            _, output = _in_engine(connection, inventory, f"cat {files} 2>/dev/null | head -n 1")
+        except docker_cli.ContainerNotRunning:
+            return 137
+        text = output.strip()
+        return int(text) if text.lstrip("-").isdigit() and len(text) < 8 else None
+
+    found = pair.each(read, names=list(by_node))
+    codes = [code for code in found.values.values() if code is not None]
+    return codes[0] if codes else None
 
 
 def _in_engine(connection: NodeConnection, inventory: Inventory, script: str) -> tuple[int, str]:
@@ -59,30 +92,25 @@ def engine_running(head: NodeConnection, inventory: Inventory) -> bool:
     return code == 0
 
 
-def stop_engine(pair: Pair, inventory: Inventory, nodes: list[str], grace_s: float = 20.0) -> None:
-    """End the serve command (SIGTERM to mpirun, which takes the ranks down) and wait for it."""
+def stop_engine(pair: Pair, inventory: Inventory, runtime: Runtime, nodes: list[str], grace_s: float = 20.0) -> None:
+    """End the engine (SIGTERM as its runtime says: to mpirun, which takes the ranks down, or to every node's
+    `vllm serve`), wait for the serving one, then kill what is left on every node."""
     head = pair.nodes[nodes[0]]
     if not engine_running(head, inventory):
         return
-    _in_engine(head, inventory, "pkill -TERM -x mpirun || pkill -TERM -f '[t]rtllm-serve'; true")
+    for name in nodes:
+        try:
+            _in_engine(pair.nodes[name], inventory, runtime.stop_script())
+        except docker_cli.ContainerNotRunning:
+            continue
     deadline = time.monotonic() + grace_s
     while engine_running(head, inventory) and time.monotonic() < deadline:
         time.sleep(0.3)
     for name in nodes:
         try:
-            _in_engine(pair.nodes[name], inventory, "pkill -KILL -f '[t]rtllm-|[m]pirun|[o]rted'; true")
+            _in_engine(pair.nodes[name], inventory, runtime.kill_script())
         except docker_cli.ContainerNotRunning:
             continue
-
-
-def rank_log_paths(rank: int | None) -> list[str]:
-    """The files holding one rank's output (stdout and stderr; mpirun --output-filename), or the serve log."""
-    return [SERVE_LOG] if rank is None else [f"{LOG}/ranks/1/rank.{rank}/stdout", f"{LOG}/ranks/1/rank.{rank}/stderr"]
-
-
-def rank_log_files(rank: int | None) -> str:
-    """rank_log_paths as shell words."""
-    return " ".join(rank_log_paths(rank))
 
 
 def save_logs(pair: Pair, inventory: Inventory, nodes: list[str]) -> dict[str, str]:
@@ -100,12 +128,17 @@ def save_logs(pair: Pair, inventory: Inventory, nodes: list[str]) -> dict[str, s
     return {**dict(kept.values), **{name: f"not kept ({error})" for name, error in kept.failed.items()}}
 
 
-def rank_logs(connection: NodeConnection, inventory: Inventory, rank: int | None, tail: int) -> str:
-    """The last lines of one rank's output (stdout and stderr), read on the rank's own node, or of the whole
-    serve log (rank None, on the head: mpirun's output, every rank's lines); "" when its container is gone."""
+def rank_logs(connection: NodeConnection, inventory: Inventory, runtime: Runtime, rank: int | None, tail: int) -> str:
+    """The last lines of one rank's output (its runtime's files for it: stdout and stderr), read on the rank's
+    own node, or of a one-node start (rank None); "" when its container is gone."""
+    return tail_files(connection, inventory, runtime.rank_log_paths(rank), tail)
+
+
+def tail_files(connection: NodeConnection, inventory: Inventory, files: list[str], tail: int) -> str:
+    """The last tail lines of files in the node's engine container; "" when the container is gone."""
     try:
         _, output = _in_engine(connection, inventory,
-                               f"tail -q -n {int(tail)} {rank_log_files(rank)} 2>/dev/null || true")
+                               f"tail -q -n {int(tail)} {' '.join(map(shlex.quote, files))} 2>/dev/null || true")
     except docker_cli.ContainerNotRunning:
         return ""
     return output
@@ -126,6 +159,7 @@ class Status:
     health: str = "down"
     generation: str = "not tried"
     model: str = ""
+    model_problem: str = ""   # why /v1/models named no model: its answer failed or was malformed
     uptime_s: float | None = None
     requests: float | None = None
     acceptance_rate: float | None = None
@@ -133,12 +167,25 @@ class Status:
     reason: str = ""
 
 
-def rank_processes(connection: NodeConnection, inventory: Inventory,
+def launched(pair: Pair, inventory: Inventory) -> tuple[LaunchState | None, Inventory, Runtime]:
+    """The last launch's state, the inventory as its runtime sees it, and that runtime (the inventory's own
+    runtime, or TensorRT-LLM, when nothing was launched)."""
+    state = read_state(pair.head)
+    runtime = runtime_named(state.runtime if state else (inventory.runtime or "trtllm"))
+    return state, inventory.for_runtime(runtime.name), runtime
+
+
+def engine_container_names(inventory: Inventory) -> list[str]:
+    """The engine container's name under every runtime (stop removes whichever is there)."""
+    return list(dict.fromkeys(inventory.for_runtime(name).container.name for name in RUNTIME_NAMES))
+
+
+def rank_processes(connection: NodeConnection, inventory: Inventory, runtime: Runtime,
                    container: docker.ContainerState | None) -> list[ranks.RankProcess]:
     """The engine's rank processes in the node's container (none when it does not run or cannot be read)."""
     if container is None or not container.running:
         return []
-    probe = ranks.processes(inventory.container.name, recipe.HF_HOME)
+    probe = ranks.processes(inventory.container.name, recipe.HF_HOME, runtime.process_pattern)
     found = gather(connection, [probe], timeout=30).get(probe)
     return [] if found is None or isinstance(found, ProbeFailure) else found
 
@@ -149,46 +196,64 @@ def launch_nodes(inventory: Inventory, state: LaunchState | None) -> list[str]:
 
 
 def generate_one_token(serving: NodeConnection, port: int, model: str) -> tuple[bool, str]:
-    """A one-token completion through every rank: (answered, what happened)."""
+    """A one-token completion through every rank: (answered, what happened). Answered means a 200 whose body
+    is a completion (`choices[0].text` a string), all within GENERATION_TIMEOUT_S."""
     body = json.dumps({"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}).encode()
     started = time.monotonic()
     answer = serving.http(port, "POST", "/v1/completions", body=body, timeout=GENERATION_TIMEOUT_S)
     took = time.monotonic() - started
     if answer is None:
-        return False, (f"no answer within {GENERATION_TIMEOUT_S:.0f} s" if took >= GENERATION_TIMEOUT_S * 0.9
-                       else "the connection failed")
-    if answer[0] != 200:
-        return False, f"http {answer[0]}"
+        return False, f"nothing listens on port {port}"
+    if answer.status != 200:
+        return False, answer.summary
+    try:
+        Field.parse(answer.body, "/v1/completions").get("choices").at(0).get("text").text()
+    except ShapeError as error:
+        return False, f"http 200 but {error}"
     return True, f"ok in {took:.2f} s"
+
+
+def served_model_ids(serving: NodeConnection, port: int) -> tuple[list[str], str]:
+    """(the model ids /v1/models lists, "") or ([], why it lists none: its answer failed or was malformed)."""
+    models = serving.http(port, "GET", "/v1/models", timeout=5)
+    if models is None or models.status != 200:
+        return [], f"/v1/models: {models.summary if models else 'nothing listens'}"
+    try:
+        listed = listed_models(models.body)
+    except ShapeError as error:
+        return [], str(error)
+    return listed, "" if listed else "/v1/models lists no model"
 
 
 def status(pair: Pair, inventory: Inventory) -> Status:
     """Containers, ranks (alive, running), health, a one-token generation, model, uptime, requests, acceptance."""
-    state = read_state(pair.head)
+    state, inventory, runtime = launched(pair, inventory)
     names = launch_nodes(inventory, state)
     result = Status(profile=state.profile if state else "", endpoint=state.endpoint if state else "")
     for name in names:
         container = containers.find(pair.nodes[name], inventory.container.name)
-        found = rank_processes(pair.nodes[name], inventory, container)
+        found = rank_processes(pair.nodes[name], inventory, runtime, container)
         rank_state = "stopped" if any(p.stopped for p in found) else ("running" if found else "gone")
         result.nodes[name] = {"container": container.status if container else "absent",
                               "ranks_alive": len(found), "rank_state": rank_state if container else "-"}
     serving = pair.nodes[names[0]]
     port = inventory.server.port
-    health = serving.http(port, "GET", "/health", timeout=5)
-    result.health = "ok" if health and health[0] == 200 else ("down" if health is None else f"http {health[0]}")
-    models = serving.http(port, "GET", "/v1/models", timeout=5) if health else None
-    if models and models[0] == 200:
-        result.model = ",".join(listed_models(models[1]))
+    health = serving.http(port, "GET", "/health", timeout=5, cap=HEALTH_CAP)
+    result.health = "down" if health is None else ("ok" if health.status == 200 else health.summary)
+    if health is not None and health.status:
+        listed, result.model_problem = served_model_ids(serving, port)
+        result.model = ",".join(listed)
     generated = False
     if result.health == "ok" and result.model:
         generated, result.generation = generate_one_token(serving, port, result.model.split(",")[0])
-    metrics = serving.http(port, "GET", "/prometheus/metrics", timeout=5) if health else None
-    if metrics and metrics[0] == 200:
-        counters = prometheus.parse(metrics[1].decode("utf-8", "replace"))
-        result.requests = counters.get("trtllm_request_success_total")
-        drafted = counters.get("trtllm_spec_decode_num_draft_tokens_total")
-        accepted = counters.get("trtllm_spec_decode_num_accepted_tokens_total")
+    names_of = runtime.metrics
+    metrics = serving.http(port, "GET", names_of.path, timeout=5, cap=prometheus.TEXT_CAP) \
+        if health is not None and health.status else None
+    if metrics is not None and metrics.status == 200:
+        counters = prometheus.parse(metrics.body.decode("utf-8", "replace"))
+        result.requests = counters.get(names_of.requests)
+        drafted = counters.get(names_of.drafted)
+        accepted = counters.get(names_of.accepted)
         result.acceptance_rate = accepted / drafted if drafted and accepted is not None else None
     result.state = _overall(result, names, generated)
     if result.state != "stopped" and state is not None and state.running:
@@ -211,7 +276,7 @@ def _why_not_serving(head: NodeConnection, inventory: Inventory, result: Status,
     if result.health != "ok":
         parts += [f"health {result.health}"]
     elif not result.model:
-        parts += ["/health answers 200 but /v1/models lists no model"]
+        parts += [f"/health answers 200 but {result.model_problem or '/v1/models lists no model'}"]
     elif not result.generation.startswith("ok"):
         parts += [f"/health answers 200 but a one-token generation got {result.generation}"]
     return "; ".join(parts) + " (sparkpair logs; sparkpair bundle; sparkpair stop, then sparkpair launch)"
@@ -231,8 +296,15 @@ def _overall(result: Status, names: list[str], generated: bool) -> str:
 
 
 def stop(pair: Pair, inventory: Inventory) -> dict[str, str]:
-    """Remove the engine container on both nodes (idempotent); models stay in the caches."""
-    removed = pair.each(lambda connection: containers.remove(connection, inventory.container.name)).raise_first()
+    """Remove the engine container on both nodes, whichever runtime's it is (idempotent); models stay in the
+    caches."""
+    names = engine_container_names(inventory)
+
+    def remove(connection: NodeConnection) -> str:
+        done = [containers.remove(connection, name) for name in names]
+        return "; ".join(item for item in done if item.startswith("removed")) or done[0]
+
+    removed = pair.each(remove).raise_first()
     state = read_state(pair.head)
     if state is not None and state.running:
         write_state(pair.head, LaunchState(**{**state.__dict__, "stopped": time.time()}))
@@ -250,31 +322,37 @@ class RankLog:
 
 def logs(pair: Pair, inventory: Inventory, node: str | None, tail: int) -> list[RankLog]:
     """Each rank's last lines (ranks numbered in the launch's node order); node: only that one."""
-    names, _ = _log_source(pair, inventory, node)
+    names, _, inventory, runtime = _log_source(pair, inventory, node)
     chosen = [node] if node else names
-    return [RankLog(name, names.index(name), rank_logs(pair.nodes[name], inventory,
+    return [RankLog(name, names.index(name), rank_logs(pair.nodes[name], inventory, runtime,
                                                        None if len(names) == 1 else names.index(name), tail))
             for name in chosen]
 
 
 def follow_logs(pair: Pair, inventory: Inventory, node: str | None, tail: int, on_line: Callable[[str], None]) -> None:
-    """Hand each new line of the ranks' output to on_line until Ctrl-C (which ends it quietly): mpirun's output
-    on the head (every rank's lines), or with node one rank's own files on its node."""
-    names, head = _log_source(pair, inventory, node)
-    files = rank_log_files(names.index(node)) if node and len(names) > 1 else SERVE_LOG
-    argv = ["sh", "-c", f"tail -F -n {int(tail)} {files} 2>/dev/null"]
+    """Hand each new line of the ranks' output to on_line until Ctrl-C (which ends it quietly): the launcher's
+    output on the head (mpirun's: every rank's lines) or the serving rank's, or with node one rank's own files
+    on its node."""
+    names, head, inventory, runtime = _log_source(pair, inventory, node)
+    if node and len(names) > 1:
+        paths_ = runtime.rank_log_paths(names.index(node))
+    else:
+        paths_ = [runtime.launcher_log(len(names)) or runtime.rank_log_paths(0 if len(names) > 1 else None)[0]]
+    argv = ["sh", "-c", f"tail -F -n {int(tail)} {' '.join(map(shlex.quote, paths_))} 2>/dev/null"]
     try:
         docker_cli.stream_in(pair.nodes[node] if node else head, inventory.container.name, argv, on_line)
     except KeyboardInterrupt:
         pass
 
 
-def _log_source(pair: Pair, inventory: Inventory, node: str | None) -> tuple[list[str], NodeConnection]:
-    names = launch_nodes(inventory, read_state(pair.head))
+def _log_source(pair: Pair, inventory: Inventory,
+                node: str | None) -> tuple[list[str], NodeConnection, Inventory, Runtime]:
+    state, inventory, runtime = launched(pair, inventory)
+    names = launch_nodes(inventory, state)
     head = pair.nodes[names[0]]
     if node is not None and node not in names:
         raise SparkpairError(f"--node {node}: the launch runs on {', '.join(names)}")
     if containers.find(head, inventory.container.name) is None:
         raise SparkpairError("no engine container on the head: nothing is running", node=head.name,
                              hint="sparkpair launch")
-    return names, head
+    return names, head, inventory, runtime

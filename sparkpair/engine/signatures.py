@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sparkpair.engine.linepattern import LinePattern, followed_by
+from sparkpair.linepattern import LinePattern, followed_by
 
 DECISIVE, STRONG, HINT = 3, 2, 1
 

@@ -28,6 +28,7 @@ class LaunchState:
     image_id: str | None = None
     stopped: float | None = None           # set by `sparkpair stop`
     fabric: dict[str, Any] = field(default_factory=dict)   # each node's NCCL settings; --check-fabric's figures
+    runtime: str = "trtllm"                # the engine that runs (sparkpair.runtimes); older states ran TensorRT-LLM
 
     @property
     def running(self) -> bool:
@@ -58,7 +59,10 @@ def _well_typed(state: LaunchState) -> bool:
     checks: list[tuple[Any, type | tuple[type, ...]]] = [
         (state.profile, str), (state.nodes, list), (state.started, (int, float)), (state.command, str),
         (state.endpoint, str), (state.revisions, dict), (state.transport, str),
-        (state.image_id, (str, type(None))), (state.stopped, (int, float, type(None))), (state.fabric, dict)]
+        (state.image_id, (str, type(None))), (state.stopped, (int, float, type(None))), (state.fabric, dict),
+        (state.runtime, str)]
+    if state.runtime not in ("trtllm", "vllm"):
+        return False
     return all(isinstance(value, kinds) for value, kinds in checks) and all(isinstance(n, str) for n in state.nodes)
 
 

@@ -19,22 +19,19 @@ from dataclasses import dataclass, field
 
 from sparkpair import probes
 from sparkpair.engine import stages
-from sparkpair.engine.linepattern import LinePattern
+from sparkpair.linepattern import LinePattern
 from sparkpair.probes import ProbeFailure, ranks
 from sparkpair.probes.models import RepoManifest
 from sparkpair.progress import Event, Progress
+from sparkpair.runtimes import RUNTIME_NAMES, Runtime
 from sparkpair.transport import NodeConnection, Pair
 
-STARTING = stages.Stage("start", "mpirun is starting the ranks; they have printed nothing yet", LinePattern.compile(r"(?!)"))
-ALL_STAGES: tuple[stages.Stage, ...] = (STARTING, *stages.STAGES)
-LABELS = {"start": "MPI start", "launcher": "rank start-up", "mpi": "MPI session", "model": "model load",
-          "nccl": "NCCL init", "warmup": "autotune/warm-up", "executor": "executor start", "serving": "server start"}
-# Seconds a stage may go without any progress signal (docs/runbooks.md#launch-stalled explains each).
-# executor as long as warm-up: TensorRT-LLM allocates a first KV cache (the executor stage's line) before it
-# autotunes and captures CUDA graphs, so a real log shows the executor stage through them.
-DEFAULT_LIMITS = {"start": 180.0, "launcher": 300.0, "mpi": 300.0, "model": 600.0, "nccl": 90.0,
-                  "warmup": 1800.0, "executor": 1800.0, "serving": 300.0}
-WORKS_ALONE = frozenset({"launcher", "model", "warmup", "executor", "serving"})  # CPU time counts there
+STARTING = stages.Stage("start", "the engine is starting the ranks; they have printed nothing yet",
+                        LinePattern.compile(r"(?!)"), "start", 180.0, alone=False)
+# Seconds a stage may go without any progress signal (docs/runbooks.md#launch-stalled explains each): each
+# runtime's own (runtimes.StageSpec.limit_s); a stage name two runtimes share has one limit.
+DEFAULT_LIMITS = {STARTING.name: STARTING.limit_s, **{stage.name: stage.limit_s for name in RUNTIME_NAMES
+                                                      for stage in stages.of_runtime(name).stages}}
 MEMORY_STEP = 1 << 20      # growth that counts as progress
 CPU_STEP = 0.5             # CPU seconds that count as progress
 SHOW_SILENCE_AFTER = 20.0  # a rank's line says how long nothing moved once it is this long
@@ -84,6 +81,7 @@ class RankWatch:
     files: tuple[str, ...]           # its output files in its node's engine container
     expected: int                    # bytes it holds once loaded (0: unknown)
     last_progress: float
+    start: stages.StartStages = field(default_factory=lambda: stages.TRTLLM)  # the stages of its runtime's start
     offsets: dict[str, int] = field(default_factory=dict)
     partial: dict[str, str] = field(default_factory=dict)
     where: stages.Position | None = None
@@ -136,7 +134,7 @@ class RankWatch:
                     self.reads[path] = max(self.reads.get(path, 0), done)
             if processes and not self.floor_set:  # frozen at the first poll that sees the weights loading
                 self.floor = self.memory
-                self.floor_set = stages.stage_index(self.stage.name) >= stages.stage_index("model")
+                self.floor_set = self.start.index(self.stage.name) >= self.start.index("model")
         moved = ["output"] if printed else []
         if self.base_memory is None:
             self.base_memory = self.memory
@@ -144,7 +142,7 @@ class RankWatch:
             moved.append("memory")
         if self.model_read > self.base_reads:
             moved.append("model reads")
-        if self.stage.name in WORKS_ALONE and self.cpu_s >= self.base_cpu + CPU_STEP:
+        if self.stage.alone and self.cpu_s >= self.base_cpu + CPU_STEP:
             moved.append("CPU")
         self.base_memory = min(self.base_memory, self.memory)
         if moved:
@@ -166,7 +164,7 @@ class RankWatch:
             pieces = (self.partial.get(path, "") + chunk.data).split("\n")
             self.partial[path] = pieces.pop()
             lines = stages.clean_lines("\n".join(pieces))
-            self.where = stages.advance(self.where, lines + stages.clean_lines(self.partial[path]))
+            self.where = self.start.advance(self.where, lines + stages.clean_lines(self.partial[path]))
         return printed
 
 
@@ -182,10 +180,10 @@ class Stall:
 
     @property
     def label(self) -> str:
-        return LABELS[self.stage.name]
+        return self.stage.label
 
     def detail(self) -> str:
-        cpu = "" if self.stage.name in WORKS_ALONE else "; CPU time does not count while ranks wait on each other"
+        cpu = "" if self.stage.alone else "; CPU time does not count while ranks wait on each other"
         return (f"no progress for {self.seconds:.0f} s in {self.label} ({self.stage.description}) on {self.where}: "
                 f"no new output, no memory growth, no reads of the model files{cpu} "
                 f"(stall limit for {self.label}: {self.limit:.0f} s; --stall-after changes it). "
@@ -196,9 +194,8 @@ def stalled(watched: list[RankWatch], limits: dict[str, float], now: float) -> S
     """The stall, when every rank has gone without progress for at least its stage's limit."""
     if not watched or any(rank.silent_for(now) < limits[rank.stage.name] for rank in watched):
         return None
-    order = [stage.name for stage in ALL_STAGES]
-    behind = min(watched, key=lambda rank: (order.index(rank.stage.name), -rank.silent_for(now)))
-    states = tuple(f"{rank.name}: {LABELS[rank.stage.name]}, nothing moved for {rank.silent_for(now):.0f} s"
+    behind = min(watched, key=lambda rank: (rank.start.index(rank.stage.name), -rank.silent_for(now)))
+    states = tuple(f"{rank.name}: {rank.stage.label}, nothing moved for {rank.silent_for(now):.0f} s"
                    + (", stopped (SIGSTOP)" if rank.stopped else "") for rank in watched)
     return Stall(behind.stage, " and ".join(rank.name for rank in watched), behind.silent_for(now),
                  limits[behind.stage.name], states)
@@ -207,7 +204,7 @@ def stalled(watched: list[RankWatch], limits: dict[str, float], now: float) -> S
 def describe(rank: RankWatch, limits: dict[str, float], now: float) -> str:
     """One rank's live line: stage, memory against what it will hold, model reads, CPU time."""
     label = f"rank {rank.rank}" if rank.rank is not None else "engine"
-    text = f"{label} {LABELS[rank.stage.name]}: "
+    text = f"{label} {rank.stage.label}: "
     if not rank.processes:
         text += "no rank process yet"
     else:
@@ -227,14 +224,17 @@ class Watchdog:
     """Polls the ranks of one start, reports one live line per node, and says when the start stalled."""
 
     def __init__(self, pair: Pair, container: str, nodes: list[str], model_root: str, rank_files: list[list[str]],
-                 expected: dict[str, int], limits: dict[str, float], progress: Progress) -> None:
+                 expected: dict[str, int], limits: dict[str, float], progress: Progress,
+                 runtime: Runtime | None = None) -> None:
         now = time.monotonic()
         self.pair, self.container, self.nodes, self.model_root = pair, container, nodes, model_root
         self.limits = {**DEFAULT_LIMITS, **limits}
         self.progress = progress
         self.finished = False
+        start = stages.of_runtime(runtime.name) if runtime else stages.TRTLLM
+        self.pattern = runtime.process_pattern if runtime else ranks.ENGINE_PATTERN
         self.ranks = [RankWatch(node, index if len(nodes) > 1 else None, tuple(rank_files[index]),
-                                expected.get(node, 0), now) for index, node in enumerate(nodes)]
+                                expected.get(node, 0), now, start) for index, node in enumerate(nodes)]
 
     def poll(self) -> Stall | None:
         """Ask both nodes once, update every rank, report, and return the stall if the start stalled."""
@@ -245,7 +245,7 @@ class Watchdog:
         for rank in self.ranks:
             facts = answers.values.get(rank.node)
             output = facts.value(ranks.output(self.container, rank.offsets_asked())) if facts else None
-            found = facts.get(ranks.processes(self.container, self.model_root)) if facts else None
+            found = facts.get(ranks.processes(self.container, self.model_root, self.pattern)) if facts else None
             gpu = facts.value(ranks.COMPUTE_APPS) if facts else None
             rank.observe(output, None if isinstance(found, ProbeFailure) else found, sum((gpu or {}).values()), now)
             self.progress(Event(rank.node, describe(rank, self.limits, now), key=f"engine {rank.node}"))
@@ -262,7 +262,7 @@ class Watchdog:
             self.progress(Event(rank.node, text, key=f"engine {rank.node}", done=1, total=1))
 
     def _ask(self, connection: NodeConnection) -> probes.NodeFacts:
-        asked: list[probes.Probe[object]] = [ranks.processes(self.container, self.model_root), ranks.COMPUTE_APPS]
+        asked: list[probes.Probe[object]] = [ranks.processes(self.container, self.model_root, self.pattern), ranks.COMPUTE_APPS]
         asked += [ranks.output(self.container, rank.offsets_asked()) for rank in self.ranks
                   if rank.node == connection.name]
         return probes.gather(connection, asked, timeout=30)

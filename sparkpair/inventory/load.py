@@ -15,7 +15,7 @@ import yaml
 
 from sparkpair.errors import InventoryError
 from sparkpair.inventory import messages
-from sparkpair.inventory.profiles import Profile, profile_sources
+from sparkpair.inventory.profiles import Profile, profile_sources, resolve
 from sparkpair.inventory.schema import Inventory
 from sparkpair.inventory.validation import Invalid, parse
 
@@ -90,9 +90,16 @@ def _profile_problems(inventory: Inventory) -> list[str]:
     sources = profile_sources(inventory.models)
     for name, source in sources.items():
         try:
-            parse(Profile, source)
+            parse(Profile, resolve(name, source))
         except Invalid as error:
             problems += messages.describe(error.problems, "", prefix=("models", name))
+            continue
+        for runtime in source.get("variants") or {}:
+            try:
+                parse(Profile, resolve(name, source, runtime))
+            except (Invalid, KeyError) as error:
+                found = error.problems if isinstance(error, Invalid) else []
+                problems += messages.describe(found, "", prefix=("models", name, "variants", str(runtime)))
     if inventory.server.profile not in sources:
         problems.append(f"server.profile: got {inventory.server.profile!r}; expected one of "
                         f"{', '.join(sorted(sources))}")

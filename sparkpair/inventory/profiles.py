@@ -1,27 +1,52 @@
-"""Model profiles: what to serve, with which draft, and with which TensorRT-LLM settings.
+"""Model profiles: what to serve, with which draft, on which runtime and with which engine settings.
 
 The built-in profiles follow NVIDIA's DGX Spark playbooks to the letter (see
 docs/profiles.md for the source of every value). The inventory's `models:` section may
-override any field of a built-in profile (deep merge) or add new profiles.
+override any field of a built-in profile (deep merge) or add new profiles. A profile runs on its
+`runtime` (TensorRT-LLM unless it says otherwise); its `variants` say how the same model runs on
+another runtime (`sparkpair launch qwen3-235b --runtime vllm`): `resolve` merges the variant over
+the model's own facts and leaves the other runtime's engine settings behind.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from sparkpair.inventory.validation import Anything, Choice, Integer, MappingOf, Number, Optional, Scalar, Text, spec
 
-MODEL_ID = Text("a Hugging Face repo id, e.g. nvidia/Qwen3-235B-A22B-FP4",
-                r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+REPO_ID_EXPECTED = "a Hugging Face repo id, e.g. nvidia/Qwen3-235B-A22B-FP4"
+REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+
+
+def check_repo_id(value: str) -> str:
+    """value when it is an `org/name` repo id as the Hub allows (letters, digits, '.', '_', '-', each part
+    starting with a letter or digit and not ending in '.' or '-', no '--' or '..': `models--org--name` in
+    the cache names exactly one repo); ValueError otherwise."""
+    if not REPO_ID.fullmatch(value) or "--" in value or ".." in value or \
+            any(part.endswith((".", "-")) for part in value.split("/")):
+        raise ValueError(REPO_ID_EXPECTED + " (no '--' or '..', no part ending in '.' or '-')")
+    return value
+
+
+MODEL_ID = Text(REPO_ID_EXPECTED, REPO_ID.pattern, check=check_repo_id)
 OPTION_NAME = Text("an option name (a string)")
+RUNTIME = Choice("trtllm", "vllm")
+# What a variant inherits from its profile: the model and its sizes. Engine settings (serve_args,
+# llm_api, speculative_config) belong to one runtime and come only from the variant.
+MODEL_FACTS = ("description", "target", "draft", "decoding_type", "max_draft_len", "tp_size", "target_gib",
+               "draft_gib", "headroom_gib")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Profile:
-    """One servable recipe: target, optional draft, parallelism and engine settings."""
+    """One servable recipe: target, optional draft, parallelism, its runtime and that runtime's settings.
+    `name` is the profile's name in the inventory (set when it is resolved)."""
 
+    name: str = spec(Text("the profile's name (set by sparkpair)"), "")
+    runtime: str = spec(RUNTIME, "trtllm")
     description: str = spec(Text("a string"), "")
     target: str = spec(MODEL_ID)
     draft: str | None = spec(Optional(MODEL_ID), None)
@@ -30,6 +55,9 @@ class Profile:
     tp_size: int = spec(Choice(1, 2), 2)
     serve_args: dict[str, bool | int | float | str] = spec(MappingOf(OPTION_NAME, Scalar()), factory=dict)
     llm_api: dict[str, Any] = spec(MappingOf(OPTION_NAME, Anything()), factory=dict)
+    speculative_config: dict[str, Any] = spec(MappingOf(OPTION_NAME, Anything()), factory=dict)  # vLLM's, beyond
+    # the method, draft and length sparkpair sets from the fields above
+    variants: dict[str, dict[str, Any]] = spec(MappingOf(RUNTIME, MappingOf(OPTION_NAME, Anything())), factory=dict)
     target_gib: float = spec(Number(0), 0.0)
     draft_gib: float = spec(Number(0), 0.0)
     headroom_gib: float = spec(Number(0), 8.0)
@@ -72,6 +100,21 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         },
         "target_gib": 130.0,
         "draft_gib": 2.0,
+        "variants": {
+            # What vLLM users on two Sparks serve (docs/profiles.md#qwen3-235b-on-vllm): Qwen's own GPTQ-Int4
+            # checkpoint (vLLM's Marlin kernels; the NVFP4 one needs TensorRT-LLM's or a nightly's kernels) and
+            # Red Hat's Eagle3 speculator for it, which vLLM loads as it is.
+            "vllm": {
+                "description": "Qwen3-235B-A22B GPTQ-Int4 + Eagle3, TP=2 across both Sparks on vLLM",
+                "target": "Qwen/Qwen3-235B-A22B-GPTQ-Int4",
+                "draft": "RedHatAI/Qwen3-235B-A22B-speculator.eagle3",
+                "decoding_type": "Eagle3",
+                "max_draft_len": 3,
+                "serve_args": {"max_model_len": 8192, "gpu_memory_utilization": 0.85, "max_num_seqs": 4},
+                "target_gib": 125.0,
+                "draft_gib": 2.0,
+            },
+        },
     },
     "gpt-oss-120b": {
         "description": "GPT-OSS-120B + Eagle3 on one Spark (NVIDIA single-Spark recipe)",
@@ -90,6 +133,16 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         },
         "target_gib": 65.0,
         "draft_gib": 1.5,
+        "variants": {
+            # NVIDIA's vLLM playbook serves gpt-oss-120b on one Spark; its Eagle3 draft is NVIDIA's
+            # (docs/profiles.md#gpt-oss-120b-on-vllm).
+            "vllm": {
+                "description": "GPT-OSS-120B + Eagle3 on one Spark on vLLM",
+                "decoding_type": "Eagle3",
+                "max_draft_len": 3,
+                "serve_args": {"max_model_len": 8192, "gpu_memory_utilization": 0.8},
+            },
+        },
     },
     "llama-3.3-70b": {
         "description": "Llama-3.3-70B NVFP4 with Llama-3.1-8B NVFP4 as draft on one Spark (Draft-Target)",
@@ -133,3 +186,16 @@ def profile_sources(overrides: dict[str, dict[str, Any]]) -> dict[str, dict[str,
     for name, override in overrides.items():
         sources[name] = deep_merge(sources.get(name, {}), override)
     return sources
+
+
+def resolve(name: str, source: dict[str, Any], runtime: str | None = None) -> dict[str, Any]:
+    """The source of profile name on runtime (None: its own): the profile as written, or its model facts
+    with its variant for that runtime merged over them. KeyError when it has no such variant."""
+    own = source.get("runtime", "trtllm")
+    if runtime is None or runtime == own:
+        return {**source, "name": name}
+    variant = (source.get("variants") or {}).get(runtime)
+    if not isinstance(variant, dict):
+        raise KeyError(runtime)
+    facts = {key: copy.deepcopy(value) for key, value in source.items() if key in MODEL_FACTS}
+    return {**facts, **copy.deepcopy(variant), "runtime": runtime, "name": name}

@@ -9,19 +9,21 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from sparkpair.inventory.profiles import Profile, profile_sources
+from sparkpair.inventory.profiles import Profile, profile_sources, resolve
 from sparkpair.inventory.validation import (
+    UNPRINTABLE,
     Anything,
     Choice,
     Integer,
     ListOf,
     MappingOf,
     Nested,
+    Optional,
     Text,
     parse,
     spec,
@@ -30,12 +32,21 @@ from sparkpair.inventory.validation import (
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|API_KEY|PASSWD", re.IGNORECASE)
 
 
+IFNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,14}")
+IFNAME_EXPECTED = "a Linux interface name: at most 15 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
+
+
 def _check_host(value: str) -> str:
+    address, has_zone, zone = value.partition("%")
     try:
-        ipaddress.ip_address(value)
-        return value
+        parsed = ipaddress.ip_address(address)
     except ValueError:
-        pass
+        parsed = None
+    if parsed is not None:
+        if has_zone and not (parsed.version == 6 and parsed.is_link_local and IFNAME.fullmatch(zone)):
+            raise ValueError("an IP address (a zone only after an IPv6 link-local address, and only an interface "
+                             "name, e.g. fe80::1%enp1s0) or a DNS name")
+        return value
     label = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
     if len(value) > 253 or not re.fullmatch(rf"{label}(?:\.{label})*", value):
         raise ValueError("a DNS name or IP address of the node's management interface, e.g. spark-a.local")
@@ -43,8 +54,8 @@ def _check_host(value: str) -> str:
 
 
 def _check_ifname(value: str) -> str:
-    if len(value) > 15 or value in (".", "..") or not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
-        raise ValueError("a Linux interface name: at most 15 letters, digits, '.', '_' or '-'")
+    if not IFNAME.fullmatch(value):
+        raise ValueError(IFNAME_EXPECTED)
     return value
 
 
@@ -63,14 +74,41 @@ def _parse_link_address(value: str) -> ipaddress.IPv4Interface:
 
 
 def _expand_operator_path(value: str) -> Path:
-    if not value or "\n" in value or "\0" in value:
-        raise ValueError("a file path on this machine, e.g. ~/.ssh/id_ed25519")
+    if not value or UNPRINTABLE.search(value):
+        raise ValueError("a file path on this machine without control characters, e.g. ~/.ssh/id_ed25519")
     return Path(os.path.expanduser(value))
 
 
 def _check_env_value(value: str) -> str:
-    if "\n" in value or "\0" in value:
-        raise ValueError("a single-line value")
+    if UNPRINTABLE.search(value):
+        raise ValueError("a single-line value without control characters")
+    return value
+
+
+# Directories a model cache must not be, or be inside: the system's own, and the roots of other places.
+SYSTEM_TREES = ("bin", "boot", "dev", "etc", "lib", "lib32", "lib64", "libx32", "proc", "root", "run", "sbin", "snap",
+                "sys", "usr", "var")
+TOP_ONLY = ("home", "media", "mnt", "opt", "srv", "tmp")
+NODE_PATH_EXPECTED = ("a directory under ~ or an absolute path outside the system directories, without '.' or '..', "
+                      "e.g. ~/.cache/huggingface or /data/huggingface")
+
+
+def _check_node_path(value: str) -> str:
+    """A directory on the node: `~/...` (under the node user's home, never `~user`) or an absolute path that
+    is neither `/`, a system directory (or inside one), a top-level directory nor a home itself."""
+    parts = value.rstrip("/").split("/")
+    if any(part in (".", "..") for part in parts[1:]):
+        raise ValueError(NODE_PATH_EXPECTED)
+    if parts[0] == "~":
+        return value
+    if parts[1] in SYSTEM_TREES or (len(parts) == 2 and parts[1] in TOP_ONLY) or (parts[1] == "home" and len(parts) == 3):
+        raise ValueError(NODE_PATH_EXPECTED)
+    return value
+
+
+def _check_image(value: str) -> str:
+    if len(value) > 512:
+        raise ValueError("a container image reference of at most 512 characters")
     return value
 
 
@@ -87,16 +125,17 @@ NODE_NAME = Text("a short lowercase name of letters, digits and '-', e.g. spark-
                  r"[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?")
 USER_NAME = Text("a Linux user name, e.g. nvidia", r"[a-z_][a-z0-9_-]{0,31}")
 HOST_NAME = Text("a DNS name or IP address of the node's management interface, e.g. spark-a.local", check=_check_host)
-INTERFACE_NAME = Text("a Linux interface name: at most 15 letters, digits, '.', '_' or '-'", check=_check_ifname)
+INTERFACE_NAME = Text(IFNAME_EXPECTED, check=_check_ifname)
 LINK_ADDRESS = Text("an IPv4 address with prefix length, e.g. 192.168.200.13/24", check=_parse_link_address)
 PORT = Integer(1, 65535, "a TCP port")
 MTU = Integer(1280, 9216, "an MTU")
 OPERATOR_PATH = Text("a file path on this machine, e.g. ~/.ssh/id_ed25519", check=_expand_operator_path)
-NODE_PATH = Text("an absolute path or one under ~ on the node, e.g. ~/.cache/huggingface",
-                 r"(?:~|/)(?:/?(?!\.\.(?:/|$))[A-Za-z0-9._-]+)*/?")
-IMAGE_REF = Text("a container image reference, e.g. nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12",
-                 r"(?:[A-Za-z0-9.-]+(?::[0-9]{1,5})?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
-                 r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?")
+NODE_PATH = Text(NODE_PATH_EXPECTED, r"(?:~|)/[A-Za-z0-9._-]+(?:/[A-Za-z0-9._-]+)*/?", check=_check_node_path)
+IMAGE_REF = Text("a container image reference starting with a letter or digit, e.g. "
+                 "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12",
+                 r"(?:[A-Za-z0-9][A-Za-z0-9.-]*(?::[0-9]{1,5})?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*"
+                 r"(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[a-f0-9]{64})?",
+                 check=_check_image)
 CONTAINER_NAME = Text("a container name of letters, digits, '_', '.' or '-'", r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 ENV_NAME = Text("an environment variable name", check=_check_env_name)
 ENV_VALUE = Text("a single-line value", check=_check_env_value)
@@ -143,6 +182,18 @@ class Container:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Vllm:
+    """The vLLM runtime's engine container and multi-node start (profiles that run on vLLM)."""
+
+    image: str = spec(IMAGE_REF, "nvcr.io/nvidia/vllm:26.05-py3")
+    name: str = spec(CONTAINER_NAME, "vllm-multinode")
+    multinode: str = spec(Choice("native", "ray"), "native")   # native: --nnodes/--node-rank; ray: NVIDIA's playbook
+    master_port: int = spec(PORT, 29501)
+    ray_port: int = spec(PORT, 6379)
+    env: dict[str, str] = spec(MappingOf(ENV_NAME, ENV_VALUE), factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Server:
     """The OpenAI-compatible endpoint on the head node."""
 
@@ -165,6 +216,10 @@ class Inventory:
     nodes: list[Node] = spec(ListOf(Nested(Node), _exactly_two, "the head first, then the worker"))
     container: Container = spec(Nested(Container), factory=Container)
     server: Server = spec(Nested(Server), factory=Server)
+    vllm: Vllm = spec(Nested(Vllm), factory=Vllm)
+    # The runtime every command uses when --runtime is not given (profiles without a variant for it keep their
+    # own); None: each profile's own.
+    runtime: str | None = spec(Optional(Choice("trtllm", "vllm")), None)
     models: dict[str, dict[str, Any]] = spec(MappingOf(PROFILE_NAME, MappingOf(Text("a string"), Anything())),
                                              factory=dict)
 
@@ -183,13 +238,34 @@ class Inventory:
                 return node
         raise KeyError(f"no node {name!r}; the inventory has {', '.join(n.name for n in self.nodes)}")
 
+    def for_runtime(self, runtime: str) -> Inventory:
+        """The inventory as one runtime's engine sees it: profiles resolve on that runtime where they have a
+        variant for it, and `container.image` and `container.name` are that runtime's (vLLM's from the `vllm`
+        section); everything else is shared."""
+        container = replace(self.container, image=self.vllm.image, name=self.vllm.name) if runtime == "vllm" \
+            else self.container
+        return replace(self, runtime=runtime, container=container)
+
     def peer_of(self, node: Node) -> Node:
         return self.nodes[1] if node.name == self.nodes[0].name else self.nodes[0]
 
     @cached_property
     def profiles(self) -> dict[str, Profile]:
-        """Every profile, built-in and inventory-defined, validated."""
-        return {name: parse(Profile, src) for name, src in profile_sources(self.models).items()}
+        """Every profile, built-in and inventory-defined, validated, each on its own runtime."""
+        return {name: parse(Profile, resolve(name, src)) for name, src in profile_sources(self.models).items()}
 
-    def profile(self, name: str | None = None) -> Profile:
-        return self.profiles[name or self.server.profile]
+    def profile(self, name: str | None = None, runtime: str | None = None) -> Profile:
+        """Profile name (default: server.profile) on runtime (default: the profile's own). KeyError names
+        what is missing: the profile, or its variant for that runtime."""
+        name = name or self.server.profile
+        own = self.profiles[name]
+        wanted = runtime or self.runtime
+        if wanted is None or wanted == own.runtime:
+            return own
+        try:
+            return parse(Profile, resolve(name, profile_sources(self.models)[name], wanted))
+        except KeyError:
+            if runtime is None:  # the inventory's runtime, which this profile has no variant for: its own
+                return own
+            raise KeyError(f"profile {name} has no {runtime} variant (add models.{name}.variants.{runtime} "
+                           "to the inventory)") from None

@@ -3,8 +3,9 @@ files, run state), their output files, and the GPU memory of compute processes.
 
 Process facts are read inside the engine container (`docker exec`, as the container's root: it
 may read its processes' fd positions and mappings, which the login user may not on the node).
-A rank process is one that runs TensorRT-LLM (`trtllm-serve`, `trtllm-llmapi-launch`, a
-`tensorrt_llm` module, mpi4py's worker server), not the shells and MPI daemons around it.
+A rank process is one whose command line the runtime's `process_pattern` finds (TensorRT-LLM's
+`trtllm-serve`, `trtllm-llmapi-launch`, a `tensorrt_llm` module, mpi4py's worker server; vLLM's
+`vllm serve` and its `VLLM::` engine core and workers), not the shells and MPI daemons around it.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sparkpair.transport import Shell
 PROCESS_SCRIPT = r"""
 import json, os, re, sys
 root = sys.argv[1].rstrip("/") + "/"
-engine = re.compile(r"trtllm-serve|trtllm-llmapi-launch|tensorrt_llm|mpi4py")
+engine = re.compile(sys.argv[2])
 around = {"sh", "bash", "dash", "mpirun", "mpiexec", "orterun", "orted", "prted", "prterun", "ssh", "sshd",
           "timeout", "tail", "docker"}
 tick = os.sysconf("SC_CLK_TCK")
@@ -92,11 +93,17 @@ def parse_processes(text: str) -> list[RankProcess]:
                         {str(k): int(v) for k, v in item.get("mapped", {}).items()}) for item in items]
 
 
-def processes(container: str, model_root: str) -> Probe[list[RankProcess]]:
-    """The engine's rank processes in container; reads are counted for files under model_root
-    (the HF cache as the container mounts it)."""
-    return Probe("rank processes", (container, model_root),
-                 Shell("docker exec {} python3 -c {} {}", container, PROCESS_SCRIPT, model_root), parse_processes)
+# TensorRT-LLM's ranks (runtimes.trtllm.TensorRtLlm.process_pattern; a default for callers that name none).
+ENGINE_PATTERN = r"trtllm-serve|trtllm-llmapi-launch|tensorrt_llm|mpi4py"
+
+
+def processes(container: str, model_root: str, pattern: str = ENGINE_PATTERN) -> Probe[list[RankProcess]]:
+    """The engine's rank processes in container (a process whose command line the regex pattern finds, its
+    runtime's `process_pattern`); reads are counted for files under model_root (the HF cache as the
+    container mounts it)."""
+    return Probe("rank processes", (container, model_root, pattern),
+                 Shell("docker exec {} python3 -c {} {} {}", container, PROCESS_SCRIPT, model_root, pattern),
+                 parse_processes)
 
 
 @dataclass(frozen=True)

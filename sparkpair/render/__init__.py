@@ -16,14 +16,14 @@ from sparkpair.render.files import (
     llm_api_config,
     netplan_file,
     node_config_files,
-    render_all,
     render_template,
     rsh_agent,
     sshd_entrypoint,
     templates_dir,
+    trtllm_files,
     write_files,
 )
 
 __all__ = ["NETPLAN_FILE", "RenderedFile", "container_env_file", "hostfile", "launch_script", "llm_api_config",
-           "netplan_file", "node_config_files", "render_all", "render_template", "rsh_agent", "sshd_entrypoint",
-           "templates_dir", "write_files"]
+           "netplan_file", "node_config_files", "render_template", "rsh_agent", "sshd_entrypoint",
+           "templates_dir", "trtllm_files", "write_files"]

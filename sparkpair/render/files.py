@@ -22,6 +22,7 @@ from sparkpair import paths
 from sparkpair.errors import RenderError, UsageError
 from sparkpair.inventory import Inventory, Node
 from sparkpair.inventory.messages import one_line
+from sparkpair.inventory.profiles import Profile
 from sparkpair.render import engine_config, recipe, runbook
 
 NETPLAN_FILE = paths.NETPLAN_FILE
@@ -94,9 +95,9 @@ def container_env_file(inventory: Inventory, fabric: recipe.NodeFabric | None = 
     return RenderedFile("container.env", text)
 
 
-def llm_api_config(inventory: Inventory, profile_name: str) -> RenderedFile:
-    """The validated --extra_llm_api_options YAML of a profile."""
-    profile = inventory.profile(profile_name)
+def llm_api_config(inventory: Inventory, profile: Profile) -> RenderedFile:
+    """The validated --extra_llm_api_options YAML of a (TensorRT-LLM) profile."""
+    profile_name = profile.name
     options = recipe.llm_api_options(profile)
     judged = engine_config.judged_version(inventory.container.image)
     flags = recipe.passed_flags(inventory, profile)
@@ -109,12 +110,13 @@ def llm_api_config(inventory: Inventory, profile_name: str) -> RenderedFile:
     return RenderedFile(f"{profile_name}/extra-llm-api-config.yml", text)
 
 
-def launch_script(inventory: Inventory, profile_name: str, source: str = "the inventory") -> RenderedFile:
-    """The runbook of a launch: every command sparkpair runs, node by node."""
-    profile = inventory.profile(profile_name)
-    config_files = [item.path for item in node_config_files(inventory, profile_name)]
+def launch_script(inventory: Inventory, profile: Profile, config_files: list[str], starts: list[recipe.Start],
+                  source: str = "the inventory") -> RenderedFile:
+    """The runbook of a launch: every command sparkpair runs, node by node (config_files: what launch writes to
+    ~/.sparkpair/config; starts: the runtime's commands that start the engine)."""
+    profile_name = profile.name
     text = render_template("launch.sh.j2", profile_name=profile_name, profile=profile, inventory_name=source,
-                           steps=runbook.launch_steps(inventory, profile_name, config_files),
+                           steps=runbook.launch_steps(inventory, profile, config_files, starts),
                            secrets_dir=recipe.NODE_SECRETS_DIR, token_path=recipe.HF_TOKEN_FILE)
     return RenderedFile(f"{profile_name}/launch.sh", text, 0o755)
 
@@ -136,22 +138,21 @@ def sshd_entrypoint(inventory: Inventory) -> RenderedFile:
     return RenderedFile("entrypoint.sh", text, 0o755)
 
 
-def node_config_files(inventory: Inventory, profile_name: str,
+def node_config_files(inventory: Inventory, profile: Profile,
                       fabric: recipe.NodeFabric | None = None) -> list[RenderedFile]:
-    """What launch writes to ~/.sparkpair/config on a node that runs a rank (fabric: that node's own)."""
-    files = [container_env_file(inventory, fabric), llm_api_config(inventory, profile_name)]
-    if inventory.profile(profile_name).is_pair:
+    """What a TensorRT-LLM launch writes to ~/.sparkpair/config on a node that runs a rank (fabric: that
+    node's own)."""
+    files = [container_env_file(inventory, fabric), llm_api_config(inventory, profile)]
+    if profile.is_pair:
         files += [hostfile(inventory), rsh_agent(inventory)]
         if inventory.container.mpi_transport == "sshd":
             files.append(sshd_entrypoint(inventory))
     return [RenderedFile(item.path.rsplit("/", 1)[-1], item.content, item.mode) for item in files]
 
 
-def render_all(inventory: Inventory, profile_name: str, source: str = "the inventory") -> list[RenderedFile]:
-    """Every file `sparkpair render` writes for a profile."""
-    files = [netplan_file(inventory, node, source) for node in inventory.nodes]
-    files += [hostfile(inventory), container_env_file(inventory), rsh_agent(inventory),
-              llm_api_config(inventory, profile_name), launch_script(inventory, profile_name, source)]
+def trtllm_files(inventory: Inventory, profile: Profile) -> list[RenderedFile]:
+    """The TensorRT-LLM files `sparkpair render` writes for a profile (beside the netplan files and launch.sh)."""
+    files = [hostfile(inventory), container_env_file(inventory), rsh_agent(inventory), llm_api_config(inventory, profile)]
     if inventory.container.mpi_transport == "sshd":
         files.append(sshd_entrypoint(inventory))
     return files

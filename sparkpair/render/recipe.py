@@ -140,6 +140,17 @@ def mpirun_argv(inventory: Inventory, profile: Profile) -> list[str]:
 
 
 @dataclass(frozen=True)
+class Start:
+    """One command the launch starts, detached, in a node's engine container (in list order). `serves`:
+    this node's command answers HTTP (the serving node's); the others are workers that never say so."""
+
+    node: str
+    argv: list[str]
+    serves: bool = False
+    log: str = "serve"   # its output goes to LOG_DIR/<log>.log (the serve command's is serve.log)
+
+
+@dataclass(frozen=True)
 class ContainerSpec:
     """What `docker run` gets on one node; compared field by field to decide reuse."""
 

@@ -27,9 +27,10 @@ def shell_words(argv: list[str]) -> str:
     return " ".join(f'"{arg}"' if HOME in arg else shlex.quote(arg) for arg in argv)
 
 
-def launch_steps(inventory: Inventory, profile_name: str, config_files: list[str]) -> list[Step]:
-    """Every step of `sparkpair launch PROFILE`, in order; config_files: what launch puts in ~/.sparkpair/config."""
-    profile = inventory.profile(profile_name)
+def launch_steps(inventory: Inventory, profile: Profile, config_files: list[str],
+                 starts: list[recipe.Start]) -> list[Step]:
+    """Every step of `sparkpair launch PROFILE`, in order; config_files: what launch puts in ~/.sparkpair/config;
+    starts: the runtime's commands that start the engine, each on its node."""
     nodes = inventory.nodes if profile.is_pair else [inventory.head]
     where_all = " and ".join(node.name for node in nodes)
     name = inventory.container.name
@@ -45,7 +46,8 @@ def launch_steps(inventory: Inventory, profile_name: str, config_files: list[str
         steps.append(Step(f"Models to {inventory.worker.name} over the QSFP link", inventory.head.name,
                           tuple(shell_words(recipe.sync_argv(inventory, repo, HOME)) for repo in profile.repos)))
     steps += [
-        Step("Serve (detached; rank output in the container)", inventory.head.name, (_serve_line(inventory, profile),)),
+        *(Step("Serve (detached; rank output in the container)", start.node, (_serve_line(inventory, start),))
+          for start in starts),
         Step("Readiness: port, /health, /v1/models, one completion", inventory.head.name,
              tuple(_readiness_lines(inventory, profile))),
         Step("Stop", where_all, (f"docker rm -f {shlex.quote(name)}",)),
@@ -69,8 +71,8 @@ def _download_lines(container: str, profile: Profile) -> list[str]:
     return lines
 
 
-def _serve_line(inventory: Inventory, profile: Profile) -> str:
-    command = recipe.shell_line(recipe.mpirun_argv(inventory, profile))
+def _serve_line(inventory: Inventory, start: recipe.Start) -> str:
+    command = recipe.shell_line(start.argv)
     inner = f"mkdir -p {recipe.LOG_DIR} && exec {command} > {recipe.LOG_DIR}/serve.log 2>&1"
     return f"docker exec -d {shlex.quote(inventory.container.name)} sh -c {shlex.quote(inner)}"
 

@@ -118,7 +118,7 @@ def set_hub(node: str, reach: object) -> Callable[[Facts], None]:
 
 
 def healthy(inventory: Inventory = SIM) -> Facts:
-    facts = Facts(inventory, PROFILE, clock_offsets={"spark-a": 0.01, "spark-b": 0.02})
+    facts = Facts(inventory, inventory.profile(PROFILE), clock_offsets={"spark-a": 0.01, "spark-b": 0.02})
     facts.nodes = {node.name: node_facts(inventory, node.name) for node in inventory.nodes}
     return facts
 
@@ -462,7 +462,7 @@ def test_probe_stages_are_parsed_from_mpirun_noise() -> None:
 
 
 def test_the_deep_job_uses_launchs_mpirun_line_under_a_timeout() -> None:
-    prefix = mpijobs.mpirun_prefix(SIM, PROFILE)
+    prefix = mpijobs.mpirun_prefix(SIM, SIM.profile(PROFILE))
     assert prefix[:5] == ["mpirun", "-np", "2", "--hostfile", "/sparkpair/config/openmpi-hostfile"]
     assert ["--mca", "plm_rsh_agent", "/sparkpair/config/mpi-rsh-agent"] == prefix[5:8]
     assert "-x" in prefix and "HF_TOKEN_PATH" in prefix and "--output-filename" not in prefix
@@ -487,7 +487,7 @@ def test_deep_jobs_need_reachable_nodes_with_docker_and_the_image() -> None:
     unreachable(facts)
     assert mpijobs.blocker(facts) == "needs reach.ssh on spark-b"
     single = healthy()
-    single.profile = "gpt-oss-120b"
+    single.profile = single.inventory.profile("gpt-oss-120b")
     assert "TP=2" in mpijobs.blocker(single)
     foreign = healthy()
     foreign.nodes["spark-a"][CONTAINER] = ContainerState("trtllm-multinode", "running", True, "x", {}, "")
@@ -522,7 +522,7 @@ def test_the_probe_program_reports_every_stage_from_two_local_ranks(tmp_path: Pa
 
 def test_a_single_node_profile_is_checked_on_the_node_that_will_serve_it() -> None:
     facts = healthy()
-    facts.profile, facts.serving_node = "gpt-oss-120b", "spark-b"
+    facts.profile, facts.serving_node = facts.inventory.profile("gpt-oss-120b"), "spark-b"
     for node in facts.nodes.values():
         node.update({models.manifest(CACHE, repo): manifest() for repo in SIM.profile("gpt-oss-120b").repos})
     facts.nodes["spark-b"][host.MEMINFO] = {"MemAvailable": 1 * GIB_KB, "MemFree": 1 * GIB_KB}

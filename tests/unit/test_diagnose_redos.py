@@ -21,9 +21,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sparkpair.engine import linepattern, stages, watch
-from sparkpair.engine.linepattern import LinePattern, fold, required_words
+from sparkpair import linepattern
+from sparkpair.engine import stages, watch
 from sparkpair.engine.signatures import SIGNATURES
+from sparkpair.linepattern import LinePattern, fold, required_words
 
 try:
     from re import _parser as sre_parser  # type: ignore[attr-defined]  # Python 3.11+

@@ -13,6 +13,7 @@ from sparkpair import render
 from sparkpair.errors import RenderError
 from sparkpair.inventory import parse_inventory, read_inventory
 from sparkpair.render import engine_config, recipe
+from sparkpair.runtimes import render_profile
 
 GOLDEN = Path(__file__).parent.parent / "golden" / "example"
 OTHER_PORT = Path(__file__).parent.parent / "fixtures" / "inventory" / "other-port.yaml"
@@ -20,8 +21,9 @@ OTHER_PORT = Path(__file__).parent.parent / "fixtures" / "inventory" / "other-po
 
 def _rendered(path: Path) -> list[render.RenderedFile]:
     inv = read_inventory(path)
-    return [f for name in ("qwen3-235b", "gpt-oss-120b", "llama-3.3-70b")
-            for f in render.render_all(inv, name, "inventory.example.yaml")]
+    return [f for name, runtime in (("qwen3-235b", None), ("gpt-oss-120b", None), ("llama-3.3-70b", None),
+                                    ("qwen3-235b", "vllm"), ("gpt-oss-120b", "vllm"))
+            for f in render_profile(inv, inv.profile(name, runtime), "inventory.example.yaml")]
 
 
 def test_example_matches_golden_files(example_inventory_path: Path, update_golden: bool) -> None:
@@ -66,7 +68,7 @@ def test_rendered_netplan_passes_real_netplan_generate(inventory_path: str, exam
 
 def test_other_port_renders_with_no_trace_of_the_defaults() -> None:
     inv = read_inventory(OTHER_PORT)
-    text = "\n".join(f.path + "\n" + f.content for f in render.render_all(inv, "qwen3-235b", str(OTHER_PORT)))
+    text = "\n".join(f.path + "\n" + f.content for f in render_profile(inv, inv.profile("qwen3-235b"), str(OTHER_PORT)))
     for default in ("enp1s0f1np1", "enP2p1s0f1np1", "rocep1s0f1", "roceP2p1s0f1", "192.168.200", "spark-a",
                     "spark-b", "8355", "2233", "trtllm-multinode", "nvcr.io", ".cache/huggingface", "9000"):
         assert default not in text, default
@@ -108,13 +110,13 @@ def _with_profile(example_inventory_path: Path, override: dict) -> object:
 def test_unknown_yaml_key_is_named_by_its_path(example_inventory_path: Path) -> None:
     inv = _with_profile(example_inventory_path, {"llm_api": {"kv_cache_config": {"free_gpu_mem": 0.5}}})
     with pytest.raises(RenderError, match=r"kv_cache_config\.free_gpu_mem: not an option of TensorRT-LLM 1\.3\.0rc12"):
-        render.llm_api_config(inv, "qwen3-235b")
+        render.llm_api_config(inv, inv.profile("qwen3-235b"))
 
 
 def test_yaml_key_that_collides_with_a_flag_is_refused(example_inventory_path: Path) -> None:
     inv = _with_profile(example_inventory_path, {"llm_api": {"max_num_tokens": 4096}})
     with pytest.raises(RenderError, match=r"max_num_tokens: also passed as --max_num_tokens"):
-        render.llm_api_config(inv, "qwen3-235b")
+        render.llm_api_config(inv, inv.profile("qwen3-235b"))
 
 
 def test_version_dependent_and_speculative_keys_are_checked() -> None:
@@ -132,7 +134,7 @@ def test_version_dependent_and_speculative_keys_are_checked() -> None:
 def test_unknown_serve_flag_is_refused(example_inventory_path: Path) -> None:
     inv = _with_profile(example_inventory_path, {"serve_args": {"max_tokens": 10}})
     with pytest.raises(RenderError, match=r"--max_tokens: not a trtllm-serve flag of TensorRT-LLM 1\.3\.0rc12"):
-        render.llm_api_config(inv, "qwen3-235b")
+        render.llm_api_config(inv, inv.profile("qwen3-235b"))
 
 
 def test_undefined_template_variable_is_an_error_naming_the_template() -> None:

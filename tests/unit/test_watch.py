@@ -11,6 +11,7 @@ import pytest
 from sparkpair.engine import stages, watch
 from sparkpair.probes import ranks
 from sparkpair.probes.models import RepoManifest
+from sparkpair.runtimes import RUNTIME_NAMES
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "watch"
 REAL_START = (FIXTURES / "trtllm-1.1.0rc3-spark-gpt-oss-120b.log").read_text()
@@ -48,19 +49,25 @@ def test_stall_after_refuses_what_it_cannot_use(text: str, message: str) -> None
         watch.parse_stall_after(text)
 
 
-def test_the_runbook_names_every_stage_with_its_default_limit() -> None:
+def _every_stage() -> list[stages.Stage]:
+    return [stage for name in RUNTIME_NAMES for stage in (watch.STARTING, *stages.of_runtime(name).stages)]
+
+
+def test_the_runbook_names_every_stage_of_every_runtime_with_its_default_limit() -> None:
     runbook = (Path(__file__).resolve().parents[2] / "docs" / "runbooks.md").read_text()
-    for name, limit in watch.DEFAULT_LIMITS.items():
-        assert f"| `{name}` | {watch.LABELS[name]} | " in runbook and f"| {limit:.0f} s | " in runbook, name
+    for stage in _every_stage():
+        assert f"| `{stage.name}` | {stage.label} | " in runbook and f"| {stage.limit_s:.0f} s | " in runbook, stage
     rows = re.findall(r"^\| `(\w+)` \| [^|]+ \| [^|]+ \| (\d+) s \| (yes|no) \|$", runbook, re.MULTILINE)
     assert {name: (float(limit), cpu == "yes") for name, limit, cpu in rows} == {
-        name: (limit, name in watch.WORKS_ALONE) for name, limit in watch.DEFAULT_LIMITS.items()}
+        stage.name: (stage.limit_s, stage.alone) for stage in _every_stage()}
 
 
 def test_default_limits_cover_every_stage_and_autotune_waits_longest() -> None:
-    assert set(watch.DEFAULT_LIMITS) == {stage.name for stage in watch.ALL_STAGES} == set(watch.LABELS)
-    assert watch.DEFAULT_LIMITS["warmup"] == watch.DEFAULT_LIMITS["executor"] == max(watch.DEFAULT_LIMITS.values())
-    assert watch.DEFAULT_LIMITS["nccl"] == min(watch.DEFAULT_LIMITS.values())
+    assert set(watch.DEFAULT_LIMITS) == {stage.name for stage in _every_stage()}
+    assert all(watch.DEFAULT_LIMITS[stage.name] == stage.limit_s for stage in _every_stage())  # one limit a name
+    trtllm = {stage.name: stage.limit_s for stage in stages.TRTLLM.stages}
+    assert trtllm["warmup"] == trtllm["executor"] == max(trtllm.values())
+    assert trtllm["nccl"] == min(trtllm.values())
 
 
 # --- where a rank is -----------------------------------------------------------------------------
@@ -171,7 +178,7 @@ def test_the_stall_limit_can_be_changed_per_stage() -> None:
 
 def test_the_live_line_shows_stage_memory_against_expected_reads_and_silence() -> None:
     rank = _rank()
-    assert watch.describe(rank, watch.DEFAULT_LIMITS, 0.0) == "rank 1 MPI start: no rank process yet"
+    assert watch.describe(rank, watch.DEFAULT_LIMITS, 0.0) == "rank 1 start: no rank process yet"
     rank.observe(_chunk("Loading weights:   0%|"), [_process(rss=10 * MIB)], 0, 0.0)
     rank.observe({}, [_process(rss=12 * MIB, reads=3 * MIB)], 0, 1.0)
     assert watch.describe(rank, watch.DEFAULT_LIMITS, 1.0) == (

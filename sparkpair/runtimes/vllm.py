@@ -1,0 +1,230 @@
+"""vLLM across the pair: `vllm serve` on every rank node, natively (`--nnodes`/`--node-rank`, the worker
+`--headless`) or on a two-node Ray cluster (NVIDIA's vLLM playbook), with an Eagle3 draft through
+`--speculative-config`.
+
+Every flag and every speculative-config key a profile sets is checked against vLLM's own definitions,
+derived from the real package (`sparkpair/data/vllm_serve.json`, scripts/vllm_schema/derive.py names
+the source of each part); a name vLLM does not know is refused at render time, naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from sparkpair.render import RenderedFile, recipe, render_template
+from sparkpair.render.recipe import Start
+from sparkpair.runtimes import Metrics, StageSpec
+
+if TYPE_CHECKING:
+    from sparkpair.inventory import Inventory, Node
+    from sparkpair.inventory.profiles import Profile
+
+DATA = "vllm_serve.json"
+SERVE_LOG = f"{recipe.LOG_DIR}/serve.log"
+# Flags sparkpair sets from the inventory and the launch; a profile that sets one is refused (it would
+# contradict the pair's own addresses, ports or ranks).
+OWN_FLAGS = ("--host", "--port", "--served-model-name", "--tensor-parallel-size", "--distributed-executor-backend",
+             "--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "--speculative-config",
+             "--model", "--hf-token")
+DECODING_METHODS = {"Eagle3": "eagle3", "Eagle": "eagle", "DraftTarget": "draft_model"}
+
+
+@cache
+def definitions() -> dict[str, Any]:
+    """vLLM's serve options and speculative-config keys, as derived from the pinned vLLM package."""
+    data: dict[str, Any] = json.loads(resources.files("sparkpair.data").joinpath(DATA).read_text())
+    return data
+
+
+def flag_of(name: str) -> str:
+    """A profile's serve_args key as vLLM's long option: max_model_len -> --max-model-len."""
+    return "--" + name.removeprefix("--").replace("_", "-")
+
+
+def _head_address(inventory: Inventory) -> str:
+    return str(next(iter(inventory.head.links.values())).ip)
+
+
+class Vllm:
+    """The vLLM runtime (see the module docstring)."""
+
+    name = "vllm"
+    title = "vLLM"
+    # Rank processes: the API server and `vllm serve` itself, vLLM's engine core and workers (setproctitle
+    # names them VLLM::EngineCore, VLLM::Worker_TP1, ...), and Ray's workers in Ray mode.
+    process_pattern = r"vllm serve|VLLM::|ray::RayWorkerWrapper"
+    metrics = Metrics("/metrics", "vllm:request_success_total", "vllm:spec_decode_num_draft_tokens_total",
+                      "vllm:spec_decode_num_accepted_tokens_total")
+    # The start as vLLM 0.32 prints it (tests/fixtures/logs/vllm: real logs of the simulated pair's vLLM). The
+    # ranks wait on each other while torch.distributed joins them and while KV cache sizes are agreed.
+    stages: tuple[StageSpec, ...] = (
+        StageSpec("launcher", "vllm serve started: its version and arguments",
+                  (r"\bvLLM API server version\b", r"\bnon-default args:", r"\bLaunching vLLM \(v",
+                   r"\bheadless multiproc executor\b"), "vLLM start-up", 300.0),
+        StageSpec("distributed", "torch.distributed is joining the ranks (Gloo/NCCL world)",
+                  (r"\bworld_size=\d+ rank=\d+", r"\bdistributed_init_method="), "torch.distributed", 300.0, alone=False),
+        StageSpec("model", "loading the model weights (target, then draft)",
+                  (r"\bStarting to load model\b", r"\bLoading weights took\b", r"\bLoading safetensors checkpoint",
+                   r"\bLoading drafter model\b"), "model load", 600.0, finished=r"\bModel loading took\b"),
+        StageSpec("compile", "torch.compile and CUDA graph capture",
+                  (r"\btorch\.compile\b", r"\bCompiling a graph\b", r"\bDynamo bytecode transform\b",
+                   r"\bCapturing CUDA graphs?\b"), "compile", 1800.0),
+        StageSpec("kvcache", "profiling memory and allocating the KV cache",
+                  (r"\bAvailable KV cache memory\b", r"\bKV cache size: \d", r"\bMaximum concurrency for\b",
+                   r"\binit engine \(profile, create kv cache"), "KV cache", 900.0),
+        StageSpec("serving", "the OpenAI API server is up",
+                  (r"\bStarting vLLM API server\b", r"\bUvicorn running on\b", r"\bApplication startup complete\b"),
+                  "server start", 300.0),
+    )
+
+    def image(self, inventory: Inventory) -> str:
+        return inventory.vllm.image
+
+    def container_name(self, inventory: Inventory) -> str:
+        return inventory.vllm.name
+
+    def container_env(self, inventory: Inventory, node: Node, fabric: recipe.NodeFabric | None) -> dict[str, str]:
+        """The playbook's per-node variables: VLLM_HOST_IP is the node's own QSFP address; Gloo, TP and
+        NCCL's socket traffic stay on the cabled port; NCCL_IB_HCA and the GID index are the node's own."""
+        twins = list(node.links)
+        env = {
+            "VLLM_HOST_IP": str(node.links[twins[0]].ip),
+            "GLOO_SOCKET_IFNAME": twins[0],
+            "TP_SOCKET_IFNAME": twins[0],
+            "NCCL_SOCKET_IFNAME": ",".join(twins),
+            "UCX_NET_DEVICES": ",".join(twins),
+            "OMPI_MCA_btl_tcp_if_include": twins[0],
+            **(fabric.env() if fabric else {}),
+            "HF_HOME": recipe.HF_HOME,
+            "HF_TOKEN_PATH": recipe.HF_TOKEN_FILE,
+            "HF_HUB_OFFLINE": "1",
+        }
+        if inventory.vllm.multinode == "ray":
+            env |= {"RAY_memory_monitor_refresh_ms": "0", "MASTER_ADDR": _head_address(inventory)}
+        env.update(inventory.vllm.env)
+        env.update(inventory.container.env)
+        return env
+
+    def container_spec(self, inventory: Inventory, node: Node, home: str, *, gpus: bool, infiniband: bool,
+                       fabric: recipe.NodeFabric | None) -> recipe.ContainerSpec:
+        """The recipe's `docker run` (host network and IPC, memlock, the same mounts) with vLLM's image, name and
+        environment; the commands run in it by `docker exec` (`starts`)."""
+        spec = recipe.container_spec(inventory, node, home, gpus=gpus, infiniband=infiniband, fabric=fabric)
+        mounts = {target: mount for target, mount in spec.mounts.items() if target != recipe.HOST_KEY}
+        return replace(spec, image=self.image(inventory), name=self.container_name(inventory),
+                       command=["sleep", "infinity"], env=self.container_env(inventory, node, fabric), mounts=mounts)
+
+    def config_files(self, inventory: Inventory, profile: Profile, node: Node,
+                     fabric: recipe.NodeFabric | None) -> list[RenderedFile]:
+        text = render_template("container.env.j2", cluster=inventory.cluster.name,
+                               env=self.container_env(inventory, node, fabric), per_node=not fabric,
+                               per_node_names=" and ".join(recipe.PER_NODE_ENV))
+        return [RenderedFile("container.env", text)]
+
+    def rendered(self, inventory: Inventory, profile: Profile) -> list[RenderedFile]:
+        """Each rank node's container.env (its own VLLM_HOST_IP), under the node's name."""
+        nodes = inventory.nodes if profile.is_pair else [inventory.head]
+        return [RenderedFile(f"{node.name}/container.env", item.content, item.mode)
+                for node in nodes for item in self.config_files(inventory, profile, node, None)]
+
+    def starts(self, inventory: Inventory, profile: Profile, nodes: list[str]) -> list[Start]:
+        if len(nodes) > 1 and inventory.vllm.multinode == "ray":
+            return self._ray_starts(inventory, profile, nodes)
+        return [Start(node, self.serve_argv(inventory, profile, rank, len(nodes)), serves=rank == 0)
+                for rank, node in enumerate(nodes)]
+
+    def _ray_starts(self, inventory: Inventory, profile: Profile, nodes: list[str]) -> list[Start]:
+        """NVIDIA's playbook: a Ray head on the serving node, the other nodes join it, then `vllm serve
+        --distributed-executor-backend ray` on the head once Ray counts every node."""
+        port = str(inventory.vllm.ray_port)
+        head_ip = _head_address(inventory)
+        starts = [Start(nodes[0], ["ray", "start", "--block", "--head", "--port", port, "--node-ip-address", head_ip],
+                        log="ray")]
+        for name in nodes[1:]:
+            own = str(next(iter(inventory.node(name).links.values())).ip)
+            starts.append(Start(name, ["ray", "start", "--block", "--address", f"{head_ip}:{port}",
+                                       "--node-ip-address", own], log="ray"))
+        return starts + [Start(nodes[0], self.serve_argv(inventory, profile, 0, len(nodes), ray=True), serves=True)]
+
+    def serve_argv(self, inventory: Inventory, profile: Profile, rank: int, ranks: int, ray: bool = False) -> list[str]:
+        """`vllm serve` for one rank: the verified snapshot under the repo id's name, the pair's addresses
+        and ranks, the draft, then the profile's own flags."""
+        argv = ["vllm", "serve", recipe.model_link(profile.target), "--served-model-name", profile.target,
+                "--host", "0.0.0.0", "--port", str(inventory.server.port),
+                "--tensor-parallel-size", str(profile.tp_size)]
+        if ray:
+            argv += ["--distributed-executor-backend", "ray"]
+        elif ranks > 1:
+            argv += ["--distributed-executor-backend", "mp", "--nnodes", str(ranks), "--node-rank", str(rank),
+                     "--master-addr", _head_address(inventory), "--master-port", str(inventory.vllm.master_port)]
+            argv += ["--headless"] if rank > 0 else []
+        speculative = self.speculative_config(profile)
+        if speculative:
+            argv += ["--speculative-config", json.dumps(speculative, separators=(",", ":"))]
+        for name, value in profile.serve_args.items():
+            flag = flag_of(name)
+            if value is True:
+                argv.append(flag)
+            elif value is False:
+                argv.append("--no-" + flag[2:])
+            else:
+                argv += [flag, str(value)]
+        return argv
+
+    def speculative_config(self, profile: Profile) -> dict[str, Any]:
+        """--speculative-config: the draft's method, its verified snapshot, the draft length, then the
+        profile's own keys (empty without a draft)."""
+        if not profile.draft:
+            return {}
+        return {"method": DECODING_METHODS.get(profile.decoding_type or "Eagle3", "eagle3"),
+                "model": recipe.model_link(profile.draft), "num_speculative_tokens": profile.max_draft_len or 3,
+                **profile.speculative_config}
+
+    def problems(self, inventory: Inventory, profile: Profile) -> list[str]:
+        known = definitions()
+        options: dict[str, dict[str, Any]] = known["serve_options"]
+        version = f"vLLM {known['source']['version']}"
+        found = []
+        for name, value in profile.serve_args.items():
+            flag = flag_of(name)
+            if flag in OWN_FLAGS:
+                found.append(f"serve_args.{name}: {flag} is set by sparkpair from the inventory; remove it")
+            elif flag not in options:
+                found.append(f"serve_args.{name}: {version}'s `vllm serve` has no option {flag}")
+            elif isinstance(value, bool) and options[flag]["value"] and not (value is False and "--no-" + flag[2:]
+                                                                            in options):
+                found.append(f"serve_args.{name}: {flag} takes a value, not {str(value).lower()}")
+            elif not isinstance(value, bool) and not options[flag]["value"]:
+                found.append(f"serve_args.{name}: {flag} is a switch; write true")
+            elif options[flag]["choices"] and not isinstance(value, bool) and str(value) not in options[flag]["choices"]:
+                found.append(f"serve_args.{name}: {value!r} is not one of {', '.join(options[flag]['choices'])}")
+        keys = set(known["speculative_config"]["keys"])
+        for key in profile.speculative_config:
+            if key not in keys:
+                found.append(f"speculative_config.{key}: {version}'s SpeculativeConfig has no key {key!r}")
+            elif key in ("method", "model", "num_speculative_tokens"):
+                found.append(f"speculative_config.{key}: set by sparkpair from the profile's draft, decoding_type "
+                             "and max_draft_len; remove it")
+        method = self.speculative_config(profile).get("method")
+        if method is not None and method not in known["speculative_config"]["methods"]:
+            found.append(f"decoding_type: {version} has no speculative method {method!r}")
+        return found
+
+    def rank_log_paths(self, rank: int | None) -> list[str]:
+        return [SERVE_LOG]  # every rank's `vllm serve` writes its own node's serve.log
+
+    def launcher_log(self, ranks: int) -> str | None:
+        return None
+
+    def stop_script(self) -> str:
+        return "pkill -TERM -f '[v]llm serve'; pkill -TERM -f '[r]ay start'; true"
+
+    def kill_script(self) -> str:
+        return "pkill -KILL -f '[v]llm serve|VLLM::|[r]ay::|[r]aylet|[g]cs_server'; ray stop --force >/dev/null 2>&1; true"
+
+
+RUNTIME = Vllm()
