@@ -137,6 +137,11 @@ def check_models(facts: Facts) -> Iterable[Finding]:
             manifest = node_facts.get(models.manifest(cache, repo))
             if isinstance(manifest, ProbeFailure) or manifest is None:
                 yield fail("models.present", name, f"{repo}: {manifest}")
+            elif manifest.unsafe:
+                yield fail("models.present", name, f"{repo}: the cache holds an entry sparkpair refuses to use: "
+                                                   f"{manifest.unsafe[0]}",
+                           f"remove {cache}/hub/{models.repo_dirname(repo)} on {name}, then sparkpair launch")
+                continue
             elif manifest.complete:
                 yield ok("models.present", name, f"{repo} @ {str(manifest.revision)[:12]}, {len(manifest.files)} files, "
                                                  f"{manifest.size / GIB:.2f} GiB")
