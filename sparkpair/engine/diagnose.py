@@ -154,7 +154,7 @@ def _evidence(lines: list[str], indexes: list[int]) -> list[str]:
 
 def _stalled(lines: list[str]) -> Diagnosis | None:
     """startup.stalled naming the last stage reached, when the lines show a start that got somewhere."""
-    where = stages.advance(None, lines)
+    where = stages.of_text(lines).advance(None, lines)
     if where is None:
         return None
     reached = where.reached

@@ -108,6 +108,21 @@ CAUSES: tuple[Cause, ...] = (
           "monitor)",
           "sudo sh -c 'sync; echo 3 > /proc/sys/vm/drop_caches' on both nodes; sparkpair doctor --only memory; "
           "lower kv_cache_config.free_gpu_memory_fraction under models.PROFILE.llm_api"),
+    Cause("engine.ray", "the engine was asked to run on Ray and cannot: the image has no Ray (NVIDIA's vLLM "
+          "image ships without it) or the platform refuses Ray",
+          "vllm.multinode: native in the inventory (the default: no Ray); for Ray mode use an image with "
+          "ray[default] installed, as NVIDIA's playbook does (docs/runbooks.md#engine-ray)"),
+    Cause("memory.kvcache", "the KV cache does not fit: the longest sequence the engine must hold needs more "
+          "KV cache memory than is left after the weights",
+          "lower max_model_len (models.PROFILE.variants.vllm.serve_args.max_model_len) or raise "
+          "gpu_memory_utilization; TensorRT-LLM: raise kv_cache_config.free_gpu_memory_fraction"),
+    Cause("memory.shm", "the container's /dev/shm is too small for the engine's shared memory",
+          "run the engine container with --ipc host (sparkpair does) or a larger --shm-size; sparkpair "
+          "stop, then sparkpair launch"),
+    Cause("engine.died", "the engine's core process died while the server kept answering",
+          "sparkpair logs (the line above the EngineDeadError names why), then sparkpair stop and sparkpair "
+          "launch; a request parameter the engine cannot serve (top_k with a speculative draft on some "
+          "builds) is the engine's bug: report it with sparkpair bundle"),
     Cause("rendezvous.timeout", "the ranks never all joined: a store or a collective timed out waiting for "
           "a peer",
           "read the other node's rank log for its own error first (sparkpair logs); then sparkpair doctor "
@@ -192,11 +207,22 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("fabric.unreachable", r"(?:ORTE|PRTE) has lost communication with a remote daemon", STRONG),
     _sig("fabric.unreachable", r"An? (?:ORTE|PRRTE|PRTE) daemon has unexpectedly failed after launch", STRONG),
     _sig("fabric.unreachable", r"Call to connect returned Connection refused", HINT),
+    _sig("fabric.unreachable", rf"failed to connect to any network address of \({HOST}, \d+\)"),
+    _sig("fabric.unreachable", rf"TCP client failed to connect/validate to host {HOST}:\d+ - retrying", STRONG),
     # Rendezvous of the ranks.
     _sig("rendezvous.timeout", r"Timed out after \d+ seconds waiting for (?:clients|workers)", STRONG),
     _sig("rendezvous.timeout", r"client socket has timed out after \d+m?s while trying to connect", STRONG),
     _sig("rendezvous.timeout", r"Watchdog caught collective operation timeout", STRONG),
     _sig("rendezvous.timeout", r"DistStoreError: Socket Timeout|\bwait timeout after \d+ms, keys:", STRONG),
+    # The engine's own settings and processes (vLLM).
+    _sig("engine.ray", r"Failed to import Ray\b"),
+    _sig("engine.ray", r"current platform (?P<subject>\w+) does not support ray"),
+    _sig("memory.kvcache", r"KV cache is needed, which is larger than the available KV cache memory"),
+    _sig("memory.kvcache", r"No available memory for the cache blocks"),
+    _sig("memory.kvcache", r"is larger than the maximum number of tokens that can be stored in KV cache"),
+    _sig("memory.shm", r"Insufficient space in /dev/shm\b"),
+    _sig("engine.died", r"\bEngineDeadError\b|EngineCore encountered an issue", STRONG),
+    _sig("model.access", rf"Invalid repository ID or local directory specified: '{HOST}'"),
     # Configuration, model, disk, port.
     _sig("config.invalid", r"(?<!\d)\d+ validation errors? for \w*(?:Args|Config)\b", STRONG),
     _sig("config.invalid", r"(?:Args|Config)\.__init__\(\) got an unexpected keyword argument "

@@ -111,15 +111,15 @@ def of_runtime(name: str) -> StartStages:
 
 
 def of_text(lines: list[str]) -> StartStages:
-    """The stages of whichever runtime wrote the log lines: the one whose stages the lines show furthest
-    (TensorRT-LLM's when none or a tie); diagnose reads logs without being told the engine."""
-    best, furthest = of_runtime("trtllm"), -1
+    """The stages of whichever runtime wrote the log lines: the one with the most of its own stages shown (the
+    serving stage, which every engine's uvicorn prints alike, does not count); TensorRT-LLM's on a tie.
+    diagnose reads logs without being told the engine."""
+    best, most = of_runtime("trtllm"), 0
     for name in RUNTIME_NAMES:
         candidate = of_runtime(name)
-        reached = candidate.last_stage_in(lines)
-        score = candidate.index(reached.stage.name) + 1 if reached else 0
-        if score > furthest:
-            best, furthest = candidate, score
+        shown = sum(1 for stage in candidate.stages[:-1] if any(stage.pattern.search(line) for line in lines))
+        if shown > most:
+            best, most = candidate, shown
     return best
 
 
