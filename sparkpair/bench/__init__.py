@@ -22,7 +22,7 @@ from typing import Any
 from sparkpair import __version__
 from sparkpair.bench import plots as benchplots
 from sparkpair.bench import record as benchrecord
-from sparkpair.bench.client import Endpoint, IterationStats, run_streams, served_models
+from sparkpair.bench.client import CounterStats, Endpoint, IterationStats, run_streams, served_models
 from sparkpair.bench.configs import EngineConfig, launched_draft_len, plan_configs
 from sparkpair.bench.prompts import PromptSet, load_prompts
 from sparkpair.bench.stats import (
@@ -36,6 +36,7 @@ from sparkpair.engine.state import LaunchState, read_state
 from sparkpair.errors import Interrupted, SparkpairError, UsageError
 from sparkpair.inventory import Inventory, json_data
 from sparkpair.progress import Event, Progress
+from sparkpair.runtimes import runtime_of
 from sparkpair.transport import Pair
 
 RELAUNCH_TIMEOUT_S = 1800.0
@@ -129,10 +130,20 @@ def _measure_level(endpoint: Endpoint, prompts: PromptSet, config: EngineConfig,
                            unit="requests"))
 
     run_streams(endpoint, warmup, level, level, options.max_tokens, advance)
-    with IterationStats(endpoint) as iterations:
-        timings, wall_s = run_streams(endpoint, prompts.messages, options.requests, level, options.max_tokens,
-                                      advance)
-    stats = summarize_level(level, timings, wall_s, acceptance_from_iterations(iterations.items))
+    runtime = runtime_of(config.inventory.profile(config.profile))
+    names = runtime.metrics
+    if names.drafts:  # acceptance from the engine's Prometheus counters (vLLM)
+        counters = CounterStats(endpoint, names.path, (names.drafted, names.accepted, names.drafts))
+        with counters:
+            timings, wall_s = run_streams(endpoint, prompts.messages, options.requests, level, options.max_tokens,
+                                          advance)
+        acceptance = counters.acceptance
+    else:  # TensorRT-LLM's per-iteration JSON on /metrics
+        with IterationStats(endpoint) as iterations:
+            timings, wall_s = run_streams(endpoint, prompts.messages, options.requests, level, options.max_tokens,
+                                          advance)
+        acceptance = acceptance_from_iterations(iterations.items)
+    stats = summarize_level(level, timings, wall_s, acceptance)
     return stats, [t.error for t in timings if not t.ok]
 
 

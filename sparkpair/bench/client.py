@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sparkpair.bench.stats import RequestTiming
+from sparkpair.bench.stats import Acceptance, RequestTiming
 from sparkpair.errors import SparkpairError
 from sparkpair.transport.httpio import ANSWER_CAP, HttpFailure, fetch_tcp, shown, tcp_request, url_host
 from sparkpair.transport.jsonfields import Field, ShapeError
@@ -230,3 +230,41 @@ def _iteration_counts(item: Field) -> dict[str, Any]:
     if spec.null:
         return {}
     return {"specDecodingStats": {name: spec.get(name).count(default=0) for name in SPEC_COUNTS}}
+
+
+class CounterStats:
+    """Speculative decoding over a measurement from an engine's Prometheus counters (vLLM's `/metrics`):
+    draft tokens, accepted tokens and drafts, read once on entry and once on exit; `acceptance` is the
+    difference (None when the engine counts no drafts, or a read failed: the first problem is kept)."""
+
+    def __init__(self, endpoint: Endpoint, path: str, names: tuple[str, str, str], settle_s: float = 0.5) -> None:
+        self._endpoint, self._path, self._names, self._settle = endpoint, path, names, settle_s
+        self._before: dict[str, float] | None = None
+        self._after: dict[str, float] | None = None
+        self.problem = ""
+
+    def _read(self) -> dict[str, float] | None:
+        from sparkpair.probes import prometheus
+
+        reply = fetch_tcp(self._endpoint.host, self._endpoint.port, "GET", self._path, timeout=10.0,
+                          cap=prometheus.TEXT_CAP)
+        if reply.status != 200:
+            self.problem = self.problem or f"GET {self._path}: {reply.summary}"
+            return None
+        return prometheus.parse(reply.body.decode("utf-8", "replace"))
+
+    def __enter__(self) -> CounterStats:
+        self._before = self._read()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(self._settle)  # the engine counts a step just after streaming its tokens
+        self._after = self._read()
+
+    @property
+    def acceptance(self) -> Acceptance | None:
+        if self._before is None or self._after is None:
+            return None
+        drafted, accepted, drafts = (int(self._after.get(name, 0.0) - self._before.get(name, 0.0))
+                                     for name in self._names)
+        return Acceptance(drafted, accepted, drafts, drafts) if drafts > 0 else None

@@ -244,6 +244,9 @@ def _apply(run: _Run, changes: list[apply.Change]) -> LaunchResult:
     for start in starts:
         run.say(start.node, "starting: " + recipe.shell_line(start.argv))
         lifecycle.start(pair.nodes[start.node], inventory, start)
+        if start.until:
+            lifecycle.wait_until(pair.nodes[start.node], inventory, start)
+            run.say(start.node, start.until_means)
     write_state(pair.head, LaunchState(
         profile=run.options.profile, nodes=nodes, started=time.time(), command=command,
         endpoint=_endpoint(run), revisions=revisions, transport=inventory.container.mpi_transport,

@@ -51,6 +51,23 @@ def start(connection: NodeConnection, inventory: Inventory, command: Start) -> N
     docker_cli.exec_detached(connection, inventory.container.name, serve_wrapper(command.argv, command.log))
 
 
+def wait_until(connection: NodeConnection, inventory: Inventory, command: Start, timeout_s: float = 120.0) -> None:
+    """Poll command.until in the node's container until it succeeds; a SparkpairError naming what did not
+    happen (and the command's last line) when it has not within timeout_s, or the command ended."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if _in_engine(connection, inventory, command.until)[0] == 0:
+            return
+        _, ended = _in_engine(connection, inventory, f"cat {LOG}/{_exit_file(command.log)} 2>/dev/null || true")
+        if ended.strip():
+            break
+        time.sleep(1.0)
+    _, tail = _in_engine(connection, inventory, f"tail -n 3 {LOG}/{command.log}.log 2>/dev/null || true")
+    raise SparkpairError(f"not seen within {timeout_s:.0f} s: {command.until_means} "
+                         f"({shlex.join(command.argv[:3])}: {last_line(tail, 'no output')})", node=connection.name,
+                         hint="sparkpair logs; sparkpair bundle")
+
+
 def first_exit(pair: Pair, inventory: Inventory, starts: list[Start]) -> int | None:
     """The exit code of the first start command that has ended (on any node), else None: a worker's `vllm serve`
     that dies ends the start as surely as the head's."""
@@ -165,6 +182,8 @@ class Status:
     acceptance_rate: float | None = None
     endpoint: str = ""
     reason: str = ""
+    runtime: str = ""
+    cluster: str = ""          # the cluster the engine runs on, when it runs on one (Ray: its node count)
 
 
 def launched(pair: Pair, inventory: Inventory) -> tuple[LaunchState | None, Inventory, Runtime]:
@@ -229,7 +248,8 @@ def status(pair: Pair, inventory: Inventory) -> Status:
     """Containers, ranks (alive, running), health, a one-token generation, model, uptime, requests, acceptance."""
     state, inventory, runtime = launched(pair, inventory)
     names = launch_nodes(inventory, state)
-    result = Status(profile=state.profile if state else "", endpoint=state.endpoint if state else "")
+    result = Status(profile=state.profile if state else "", endpoint=state.endpoint if state else "",
+                    runtime=runtime.name if state else "")
     for name in names:
         container = containers.find(pair.nodes[name], inventory.container.name)
         found = rank_processes(pair.nodes[name], inventory, runtime, container)
@@ -237,6 +257,9 @@ def status(pair: Pair, inventory: Inventory) -> Status:
         result.nodes[name] = {"container": container.status if container else "absent",
                               "ranks_alive": len(found), "rank_state": rank_state if container else "-"}
     serving = pair.nodes[names[0]]
+    cluster = runtime.cluster_script(inventory)
+    if cluster and result.nodes[names[0]]["container"] == "running":
+        result.cluster = last_line(_in_engine(serving, inventory, cluster)[1], "")
     port = inventory.server.port
     health = serving.http(port, "GET", "/health", timeout=5, cap=HEALTH_CAP)
     result.health = "down" if health is None else ("ok" if health.status == 200 else health.summary)

@@ -148,6 +148,8 @@ class Start:
     argv: list[str]
     serves: bool = False
     log: str = "serve"   # its output goes to LOG_DIR/<log>.log (the serve command's is serve.log)
+    until: str = ""      # sh, in the same container: the launch waits until it succeeds before the next start
+    until_means: str = ""  # what `until` succeeding shows, in words (the launch says it)
 
 
 @dataclass(frozen=True)

@@ -368,13 +368,16 @@ def status(result: Any) -> None:
 
     colour = {"serving": "green", "degraded": "bold red", "wedged": "bold red", "stopped": "dim"}[result.state]
     out().print(f"state: [{colour}]{result.state}[/]")
-    rows = [("profile", result.profile or "-"), ("model", result.model or "-"), ("endpoint", result.endpoint or "-"),
+    rows = [("profile", f"{result.profile} on {result.runtime}" if result.profile and result.runtime else
+             result.profile or "-"), ("model", result.model or "-"), ("endpoint", result.endpoint or "-"),
             ("health", result.health), ("generation", result.generation),
             ("uptime", f"{result.uptime_s:.0f} s" if result.uptime_s is not None else "-"),
             ("requests", f"{result.requests:.0f}" if result.requests is not None else "-"),
             ("draft acceptance", f"{result.acceptance_rate:.1%}" if result.acceptance_rate is not None else "-")]
     if result.reason:
         rows.insert(0, ("why", result.reason))
+    if result.cluster:
+        rows.append(("cluster", result.cluster))
     for name, node in result.nodes.items():
         rank = {"stopped": "rank stopped"}.get(node.get("rank_state", ""), "rank up" if node["ranks_alive"] else "rank down")
         rows.append((name, f"container {node['container']}, {rank}"))

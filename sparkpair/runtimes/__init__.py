@@ -30,12 +30,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Metrics:
-    """Where the engine publishes Prometheus text and the names status reads from it."""
+    """Where the engine publishes Prometheus text and the names status reads from it; `drafts` (the count of
+    draft proposals) when bench reads acceptance from these counters too, "" when the engine reports it per
+    iteration elsewhere (TensorRT-LLM's JSON /metrics)."""
 
     path: str
     requests: str
     drafted: str
     accepted: str
+    drafts: str = ""
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,10 @@ class Runtime(Protocol):
 
     def launcher_log(self, ranks: int) -> str | None:
         """The file on the serving node holding a launcher's output beside the ranks' (mpirun), if any."""
+
+    def cluster_script(self, inventory: Inventory) -> str | None:
+        """sh, in the serving node's container, printing one line about a cluster the engine runs on (Ray's
+        nodes), or None when it runs on none."""
 
     def stop_script(self) -> str:
         """sh, in a node's container: ask the engine's processes to end (SIGTERM)."""

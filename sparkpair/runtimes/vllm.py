@@ -58,7 +58,7 @@ class Vllm:
     # names them VLLM::EngineCore, VLLM::Worker_TP1, ...), and Ray's workers in Ray mode.
     process_pattern = r"vllm serve|VLLM::|ray::RayWorkerWrapper"
     metrics = Metrics("/metrics", "vllm:request_success_total", "vllm:spec_decode_num_draft_tokens_total",
-                      "vllm:spec_decode_num_accepted_tokens_total")
+                      "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total")
     # The start as vLLM 0.32 prints it (tests/fixtures/logs/vllm: real logs of the simulated pair's vLLM). The
     # ranks wait on each other while torch.distributed joins them and while KV cache sizes are agreed.
     stages: tuple[StageSpec, ...] = (
@@ -144,12 +144,15 @@ class Vllm:
         --distributed-executor-backend ray` on the head once Ray counts every node."""
         port = str(inventory.vllm.ray_port)
         head_ip = _head_address(inventory)
+        status = f"ray status --address {head_ip}:{port}"
         starts = [Start(nodes[0], ["ray", "start", "--block", "--head", "--port", port, "--node-ip-address", head_ip],
-                        log="ray")]
+                        log="ray", until=f"{status} >/dev/null 2>&1", until_means="the Ray head is up")]
         for name in nodes[1:]:
             own = str(next(iter(inventory.node(name).links.values())).ip)
             starts.append(Start(name, ["ray", "start", "--block", "--address", f"{head_ip}:{port}",
                                        "--node-ip-address", own], log="ray"))
+        joined = f'test "$({status} 2>/dev/null | grep -c " node_")" -ge {len(nodes)}'
+        starts[-1] = replace(starts[-1], until=joined, until_means=f"the Ray cluster has {len(nodes)} nodes (ray status)")
         return starts + [Start(nodes[0], self.serve_argv(inventory, profile, 0, len(nodes), ray=True), serves=True)]
 
     def serve_argv(self, inventory: Inventory, profile: Profile, rank: int, ranks: int, ray: bool = False) -> list[str]:
@@ -221,6 +224,13 @@ class Vllm:
 
     def launcher_log(self, ranks: int) -> str | None:
         return None
+
+    def cluster_script(self, inventory: Inventory) -> str | None:
+        """In Ray mode: how many nodes `ray status` counts, as `ray: N nodes`."""
+        if inventory.vllm.multinode != "ray":
+            return None
+        status = f"ray status --address {_head_address(inventory)}:{inventory.vllm.ray_port}"
+        return f'echo "ray: $({status} 2>/dev/null | grep -c " node_") nodes"'
 
     def stop_script(self) -> str:
         return "pkill -TERM -f '[v]llm serve'; pkill -TERM -f '[r]ay start'; true"

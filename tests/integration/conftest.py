@@ -43,12 +43,13 @@ class Run:
         return self.out + self.err
 
 
-def run_sparkpair(inventory: Path, *args, env: dict | None = None, timeout: float = 600) -> Run:
-    """Run the real CLI (`python -m sparkpair -i INVENTORY ARGS`) as the operator would."""
+def run_sparkpair(inventory: Path, *args, env: dict | None = None, timeout: float = 600,
+                  input_text: str | None = None) -> Run:
+    """Run the real CLI (`python -m sparkpair -i INVENTORY ARGS`) as the operator would (input_text: its stdin)."""
     environment = {**os.environ, **(env or {})}
     environment.pop("SPARKPAIR_INVENTORY", None)
     proc = subprocess.run([sys.executable, "-m", "sparkpair", "-i", str(inventory), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=environment)
+                          capture_output=True, text=True, timeout=timeout, env=environment, input=input_text)
     return Run(proc.returncode, proc.stdout, proc.stderr)
 
 

@@ -1,0 +1,153 @@
+"""sparkpair on the real vLLM (its CPU build) across the simulated pair: TP=2 over both nodes with the Eagle3
+draft, then status, bench, a second launch, stop; and real faults named by launch and by diagnose.
+
+Each vLLM start takes a minute or more here, so the healthy start is shared by the module (`served`) and
+the faults are few and chosen to fail early. `testbed_vllm` puts the image in both nodes' engines and the
+tiny target and draft in the head's HF cache (scripts/testbed vllm).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ensure_networked, run_sparkpair
+
+TARGET = "Qwen/Qwen3-235B-A22B-GPTQ-Int4"
+CONTAINER = "vllm-multinode"
+LAUNCH = ("launch", "qwen3-235b", "--runtime", "vllm", "--model-source", "cached", "--timeout", "900")
+
+
+def _containers(bed, node: str) -> str:
+    return bed.exec(node, "docker ps -a --format '{{.Names}} {{.Status}}'").stdout
+
+
+def _variant(bed, tmp_path: Path, changes: dict) -> Path:
+    """The pair's inventory with changes merged in (nested mappings merged key by key)."""
+    data = yaml.safe_load(Path(bed.inventory).read_text())
+
+    def merge(into: dict, more: dict) -> None:
+        for key, value in more.items():
+            if isinstance(value, dict) and isinstance(into.get(key), dict):
+                merge(into[key], value)
+            else:
+                into[key] = value
+    merge(data, changes)
+    path = tmp_path / "inventory.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="module")
+def served(testbed, testbed_vllm):
+    """One vLLM start across both nodes for the module's tests; stopped at the end."""
+    ensure_networked(testbed)
+    run_sparkpair(testbed.inventory, "stop")
+    run = run_sparkpair(testbed.inventory, *LAUNCH, timeout=1200)
+    yield testbed, run
+    run_sparkpair(testbed.inventory, "stop")
+
+
+def test_launch_reaches_ready_at_tp2_across_both_nodes_with_the_draft(served) -> None:
+    bed, run = served
+    assert run.code == 0, run.text
+    assert "--node-rank 1" in run.err and "--headless" in run.err and '"method":"eagle3"' in run.err
+    for node in ("spark-a", "spark-b"):
+        assert f"{CONTAINER} Up" in _containers(bed, node)
+    worker = bed.exec("spark-b", f"docker exec {CONTAINER} cat /var/log/sparkpair/serve.log").stdout
+    assert "world_size=2 rank=1" in worker and "backend=gloo" in worker  # the worker is rank 1 of the TP group
+    state = json.loads(bed.exec("spark-a", "cat ~/.sparkpair/state/launch.json").stdout)
+    assert state["runtime"] == "vllm" and state["nodes"] == ["spark-a", "spark-b"]
+
+
+def test_status_says_serving_and_shows_the_draft_counters(served) -> None:
+    bed, _ = served
+    run = run_sparkpair(bed.inventory, "status", "--json")
+    status = json.loads(run.out)
+    assert run.code == 0 and status["state"] == "serving", run.text
+    assert status["model"] == TARGET and status["generation"].startswith("ok")
+    assert all(node["ranks_alive"] > 0 for node in status["nodes"].values())
+    # vllm:spec_decode_num_draft_tokens_total and ..._accepted_tokens_total as the real server prints them: a
+    # random draft proposes tokens and the target accepts few, so the rate is a number, not absent.
+    assert status["acceptance_rate"] is not None and 0.0 <= status["acceptance_rate"] <= 1.0
+    assert status["requests"] and status["requests"] >= 1
+
+
+def test_bench_runs_against_it(served, tmp_path: Path) -> None:
+    bed, _ = served
+    run = run_sparkpair(bed.inventory, "bench", "qwen3-235b", "--concurrency", "1", "--requests", "2",
+                        "--max-tokens", "8", "--out", str(tmp_path), "--json", timeout=600)
+    assert run.code == 0, run.text
+    record = json.loads((tmp_path / "results.json").read_text())
+    assert record["provenance"]["runtime"] == "vllm" and record["provenance"]["target"] == TARGET
+    assert record["rows"] and record["rows"][0]["completed"] >= 1
+
+
+def test_a_second_launch_with_nothing_changed_downloads_and_copies_nothing(served) -> None:
+    bed, _ = served
+    run = run_sparkpair(bed.inventory, *LAUNCH, timeout=600)
+    assert run.code == 0, run.text
+    assert "already running with this configuration" in run.err
+    assert "copying" not in run.err and "download" not in run.err.lower()
+
+
+def test_logs_show_each_nodes_rank(served) -> None:
+    bed, _ = served
+    run = run_sparkpair(bed.inventory, "logs", "--tail", "400")
+    assert run.code == 0 and "world_size=2 rank=0" in run.out and "world_size=2 rank=1" in run.out
+
+
+def test_stop_leaves_nothing_running(served) -> None:
+    bed, _ = served
+    run = run_sparkpair(bed.inventory, "stop")
+    assert run.code == 0, run.text
+    for node in ("spark-a", "spark-b"):
+        assert CONTAINER not in _containers(bed, node)
+    assert json.loads(run_sparkpair(bed.inventory, "status", "--json").out)["state"] == "stopped"
+
+
+# --- real faults on the real engine: named by launch's failure report and by diagnose from the saved logs ---
+
+def _diagnosed_from_saved_logs(bed) -> list[str]:
+    """The causes `sparkpair diagnose` names from the failed launch's logs kept on the head."""
+    text = bed.exec("spark-a", "cat ~/.sparkpair/logs/failed-launch/*.log").stdout
+    run = run_sparkpair(bed.inventory, "diagnose", "--json", "-", input_text=text)
+    return [item["cause"] for item in json.loads(run.out)["findings"]]
+
+
+@pytest.mark.parametrize(("changes", "cause"), [
+    ({"vllm": {"env": {"GLOO_SOCKET_IFNAME": "enp9s9f9np9"}}}, "fabric.interface"),
+    ({"models": {"qwen3-235b": {"variants": {"vllm": {"serve_args": {"max_model_len": 1048576}}}}},
+      "vllm": {"env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}}}, "memory.kvcache"),
+], ids=["gloo-interface", "kv-cache"])
+def test_a_real_fault_is_named_by_launch_and_by_diagnose(served, tmp_path: Path, changes: dict, cause: str) -> None:
+    bed, _ = served
+    run_sparkpair(bed.inventory, "stop")
+    inventory = _variant(bed, tmp_path, changes)
+    run = run_sparkpair(inventory, *LAUNCH[:-1], "300", timeout=900)
+    assert run.code == 1, run.text
+    assert f"cause {cause}" in run.err and f"docs/runbooks.md#{cause.replace('.', '-')}" in run.err
+    assert cause in _diagnosed_from_saved_logs(bed)
+    for node in ("spark-a", "spark-b"):
+        assert CONTAINER not in _containers(bed, node)  # the failed launch was torn down
+
+
+def test_the_serving_port_taken_is_named(served, tmp_path: Path) -> None:
+    bed, _ = served
+    run_sparkpair(bed.inventory, "stop")
+    bed.fault("port-busy", node="spark-a", port=8355)
+    run = run_sparkpair(bed.inventory, *LAUNCH[:-1], "300", timeout=900)
+    assert run.code == 1, run.text
+    assert "8355" in run.err and ("ports.serving" in run.err or "port.busy" in run.err)
+
+
+def test_ray_mode_forms_the_cluster_and_reports_the_cpu_builds_refusal(served, tmp_path: Path) -> None:
+    bed, _ = served
+    run_sparkpair(bed.inventory, "stop")
+    inventory = _variant(bed, tmp_path, {"vllm": {"multinode": "ray"}})
+    run = run_sparkpair(inventory, *LAUNCH[:-1], "300", timeout=900)
+    assert run.code == 1, run.text
+    assert "ray start" in run.err and "2 nodes" in run.err       # the cluster formed over both nodes
+    assert "cause engine.ray" in run.err and "does not support ray" in run.err
