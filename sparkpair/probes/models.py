@@ -92,11 +92,13 @@ class RepoManifest:
         return sum(self.blobs.values())
 
     def differences(self, other: RepoManifest) -> list[str]:
-        """What differs from other: revision, missing or extra blobs, sizes."""
+        """What differs from other in the main revision: the revision, missing or extra blobs of its snapshot,
+        sizes. Blobs only older snapshots use (a model updated on the hub leaves them) do not count."""
         problems = []
         if self.revision != other.revision:
             problems.append(f"revision {self.revision} vs {other.revision}")
-        for name in sorted(set(self.blobs) | set(other.blobs)):
+        used = set(self.files.values()) | set(other.files.values())
+        for name in sorted(used):
             mine, theirs = self.blobs.get(name), other.blobs.get(name)
             if mine != theirs:
                 problems.append(f"blob {name[:12]}: {_size(mine)} vs {_size(theirs)}")

@@ -17,7 +17,7 @@ from conftest import ensure_networked, run_sparkpair
 
 TARGET = "Qwen/Qwen3-235B-A22B-GPTQ-Int4"
 CONTAINER = "vllm-multinode"
-LAUNCH = ("launch", "qwen3-235b", "--runtime", "vllm", "--model-source", "cached", "--timeout", "900")
+LAUNCH = ("launch", "qwen3-235b", "--runtime", "vllm", "--timeout", "900")
 
 
 def _containers(bed, node: str) -> str:

@@ -377,3 +377,16 @@ def test_the_ssh_trust_probe_is_bounded_and_says_when_the_login_hung(tmp_path: P
                           env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
     assert done.returncode == TIMED_OUT
     assert done.stderr.strip() == f"the login did not finish within {net.SSH_PROBE_S} s"
+
+
+def test_blobs_only_an_older_snapshot_uses_make_no_difference() -> None:
+    """A model updated on the hub leaves the old snapshot's blobs on the head; the worker needs only the main
+    revision's, and a copy of those is not 'still different' (seen on the simulated pair's vLLM models)."""
+    from sparkpair.probes.models import RepoManifest
+
+    rev, old, new, weights = "a" * 40, "1" * 40, "2" * 40, "3" * 64
+    head = RepoManifest(rev, {old: 908, new: 909, weights: 5000}, {"config.json": new, "model.safetensors": weights})
+    worker = RepoManifest(rev, {new: 909, weights: 5000}, {"config.json": new, "model.safetensors": weights})
+    assert head.differences(worker) == [] and worker.differences(head) == []
+    smaller = RepoManifest(rev, {new: 900, weights: 5000}, {"config.json": new, "model.safetensors": weights})
+    assert head.differences(smaller) == [f"blob {new[:12]}: 909 bytes vs 900 bytes"]

@@ -7,6 +7,7 @@ from .layout import (
     HUB_URL,
     IMAGE_TAG,
     INVENTORY,
+    VLLM_IMAGE_TAG,
     KNOWN_HOSTS,
     NODES,
     OPERATOR_KEY,
@@ -38,6 +39,8 @@ def render() -> str:
         "  hf_cache: ~/.cache/huggingface",
         "  env:",
         f"    HF_ENDPOINT: {HUB_URL}",  # the stand-in hub (hub.py); never a public hub
+        "vllm:",
+        f"  image: {VLLM_IMAGE_TAG}",  # built by `scripts/testbed vllm` (the real vLLM's CPU build)
         "server:",
         f"  port: {SERVING_PORT}",
     ]
