@@ -117,7 +117,7 @@ CAUSES: tuple[Cause, ...] = (
           "lower max_model_len (models.PROFILE.variants.vllm.serve_args.max_model_len) or raise "
           "gpu_memory_utilization; TensorRT-LLM: raise kv_cache_config.free_gpu_memory_fraction"),
     Cause("memory.shm", "the container's /dev/shm is too small for the engine's shared memory",
-          "run the engine container with --ipc host (sparkpair does) or a larger --shm-size; sparkpair "
+          "run the engine container with --shm-size 10.24g or --ipc host (sparkpair does); sparkpair "
           "stop, then sparkpair launch"),
     Cause("engine.died", "the engine's core process died while the server kept answering",
           "sparkpair logs (the line above the EngineDeadError names why), then sparkpair stop and sparkpair "

@@ -165,6 +165,8 @@ class ContainerSpec:
     devices: list[str] = field(default_factory=list)
     ulimits: dict[str, int] = field(default_factory=lambda: {"memlock": -1, "stack": 67108864})
     labels: dict[str, str] = field(default_factory=dict)
+    ipc_host: bool = True        # --ipc host (the TensorRT-LLM recipe); else a private IPC namespace
+    shm_size: str = ""           # --shm-size (NVIDIA's vLLM playbook: 10.24g)
 
 
 def container_spec(inventory: Inventory, node: Node, home: str, *, gpus: bool,
@@ -191,7 +193,9 @@ def container_spec(inventory: Inventory, node: Node, home: str, *, gpus: bool,
 
 def docker_run_argv(spec: ContainerSpec) -> list[str]:
     """The `docker run` command equivalent to spec (for the runbook and for humans)."""
-    argv = ["docker", "run", "-d", "--name", spec.name, "--network", "host", "--ipc", "host"]
+    argv = ["docker", "run", "-d", "--name", spec.name, "--network", "host"]
+    argv += ["--ipc", "host"] if spec.ipc_host else []
+    argv += ["--shm-size", spec.shm_size] if spec.shm_size else []
     argv += [f"--ulimit={name}={value}" for name, value in spec.ulimits.items()]
     argv += ["--gpus", "all"] if spec.gpus else []
     for device in spec.devices:

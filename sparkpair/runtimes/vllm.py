@@ -30,6 +30,7 @@ SERVE_LOG = f"{recipe.LOG_DIR}/serve.log"
 OWN_FLAGS = ("--host", "--port", "--served-model-name", "--tensor-parallel-size", "--distributed-executor-backend",
              "--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "--speculative-config",
              "--model", "--hf-token")
+SHM_SIZE = "10.24g"  # NVIDIA's vLLM playbook (run_cluster.sh)
 DECODING_METHODS = {"Eagle3": "eagle3", "Eagle": "eagle", "DraftTarget": "draft_model"}
 
 
@@ -113,12 +114,14 @@ class Vllm:
 
     def container_spec(self, inventory: Inventory, node: Node, home: str, *, gpus: bool, infiniband: bool,
                        fabric: recipe.NodeFabric | None) -> recipe.ContainerSpec:
-        """The recipe's `docker run` (host network and IPC, memlock, the same mounts) with vLLM's image, name and
-        environment; the commands run in it by `docker exec` (`starts`)."""
+        """The recipe's `docker run` (host network, memlock, the same mounts) with vLLM's image, name and
+        environment, and NVIDIA's vLLM playbook's `--shm-size 10.24g` in a private IPC namespace (vLLM's
+        processes share memory through /dev/shm); the commands run in it by `docker exec` (`starts`)."""
         spec = recipe.container_spec(inventory, node, home, gpus=gpus, infiniband=infiniband, fabric=fabric)
         mounts = {target: mount for target, mount in spec.mounts.items() if target != recipe.HOST_KEY}
         return replace(spec, image=self.image(inventory), name=self.container_name(inventory),
-                       command=["sleep", "infinity"], env=self.container_env(inventory, node, fabric), mounts=mounts)
+                       command=["sleep", "infinity"], env=self.container_env(inventory, node, fabric), mounts=mounts,
+                       ipc_host=False, shm_size=SHM_SIZE)
 
     def config_files(self, inventory: Inventory, profile: Profile, node: Node,
                      fabric: recipe.NodeFabric | None) -> list[RenderedFile]:

@@ -58,7 +58,7 @@ def test_launch_reaches_ready_at_tp2_across_both_nodes_with_the_draft(served) ->
         assert f"{CONTAINER} Up" in _containers(bed, node)
     worker = bed.exec("spark-b", f"docker exec {CONTAINER} cat /var/log/sparkpair/serve.log").stdout
     assert "world_size=2 rank=1" in worker and "backend=gloo" in worker  # the worker is rank 1 of the TP group
-    state = json.loads(bed.exec("spark-a", "cat ~/.sparkpair/state/launch.json").stdout)
+    state = json.loads(bed.exec("spark-a", "cat ~/.sparkpair/state/launch.json", user="nvidia").stdout)
     assert state["runtime"] == "vllm" and state["nodes"] == ["spark-a", "spark-b"]
 
 
@@ -112,7 +112,7 @@ def test_stop_leaves_nothing_running(served) -> None:
 
 def _diagnosed_from_saved_logs(bed) -> list[str]:
     """The causes `sparkpair diagnose` names from the failed launch's logs kept on the head."""
-    text = bed.exec("spark-a", "cat ~/.sparkpair/logs/failed-launch/*.log").stdout
+    text = bed.exec("spark-a", "cat ~/.sparkpair/logs/failed-launch/*.log", user="nvidia").stdout
     run = run_sparkpair(bed.inventory, "diagnose", "--json", "-", input_text=text)
     return [item["cause"] for item in json.loads(run.out)["findings"]]
 
