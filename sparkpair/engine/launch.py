@@ -20,7 +20,7 @@ from sparkpair.checks.doctor import examine
 from sparkpair.engine import containers, diagnose, fabric, lifecycle, modelsync, stages, watch
 from sparkpair.engine.readiness import Readiness, wait_ready
 from sparkpair.engine.state import LaunchState, read_state, write_state
-from sparkpair.errors import Interrupted, UsageError
+from sparkpair.errors import Interrupted, SparkpairError, UsageError
 from sparkpair.inventory import Inventory, hftoken
 from sparkpair.inventory.profiles import Profile
 from sparkpair.probes import models
@@ -245,7 +245,10 @@ def _apply(run: _Run, changes: list[apply.Change]) -> LaunchResult:
         run.say(start.node, "starting: " + recipe.shell_line(start.argv))
         lifecycle.start(pair.nodes[start.node], inventory, start)
         if start.until:
-            lifecycle.wait_until(pair.nodes[start.node], inventory, start)
+            try:
+                lifecycle.wait_until(pair.nodes[start.node], inventory, start)
+            except SparkpairError as error:  # a step of the start did not happen: fail as a start that stops
+                return _failed(run, LaunchResult(endpoint=_endpoint(run), model=run.profile.target), error.lines()[0])
             run.say(start.node, start.until_means)
     write_state(pair.head, LaunchState(
         profile=run.options.profile, nodes=nodes, started=time.time(), command=command,
@@ -291,7 +294,13 @@ def _finish(run: _Run) -> LaunchResult:
     if readiness.ready:
         result.ok = result.ready = True
         return result
-    result.failure = _explain_failure(run, readiness.detail)
+    return _failed(run, result, readiness.detail)
+
+
+def _failed(run: _Run, result: LaunchResult, detail: str) -> LaunchResult:
+    """result as a failed start: why (detail, the ranks' last lines and their causes), then the partial launch
+    kept (--keep-on-failure) or torn down with its output saved."""
+    result.failure = _explain_failure(run, detail)
     if run.options.keep_on_failure:
         result.kept = True
     else:

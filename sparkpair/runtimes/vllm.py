@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 DATA = "vllm_serve.json"
 SERVE_LOG = f"{recipe.LOG_DIR}/serve.log"
+RAY_LOG = f"{recipe.LOG_DIR}/ray.log"      # `ray start`'s output in Ray mode (the start's log="ray")
 # Flags sparkpair sets from the inventory and the launch; a profile that sets one is refused (it would
 # contradict the pair's own addresses, ports or ranks).
 OWN_FLAGS = ("--host", "--port", "--served-model-name", "--tensor-parallel-size", "--distributed-executor-backend",
@@ -223,7 +224,7 @@ class Vllm:
         return found
 
     def rank_log_paths(self, rank: int | None) -> list[str]:
-        return [SERVE_LOG]  # every rank's `vllm serve` writes its own node's serve.log
+        return [SERVE_LOG, RAY_LOG]  # every rank's `vllm serve` writes its own node's serve.log (Ray mode: ray.log)
 
     def launcher_log(self, ranks: int) -> str | None:
         return None
