@@ -5,6 +5,8 @@ time: sparkpair's orchestration overhead (aim: under 3 s), interleaved with the 
 engine stopped before each run (so containers are started each time). Needs root and the pair.
 
 Usage: .venv/bin/python scripts/bench/launch.py [RUNS]
+       .venv/bin/python scripts/bench/launch.py --runtime vllm [RUNS]   (scripts/bench/launch_vllm.py: the real
+       vLLM, sparkpair's launch against the playbook's start by hand; prints `vllm launch: ... ratio R`)
 """
 
 from __future__ import annotations
@@ -67,4 +69,11 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--runtime"]:
+        if sys.argv[2:3] != ["vllm"]:
+            sys.exit("usage: launch.py --runtime vllm [RUNS] (TensorRT-LLM's stand-in: launch.py [RUNS])")
+        import launch_vllm  # scripts/bench/launch_vllm.py, beside this script
+
+        launch_vllm.main(int(sys.argv[3]) if len(sys.argv) > 3 else 2)
+    else:
+        main()

@@ -114,11 +114,6 @@ def exec_line(name: str, argv: Sequence[str], *, user: str | None = None,
     return quoted(_exec_argv(name, argv, user, environment))
 
 
-def shell_in(name: str, script: str) -> list[str]:
-    """argv for `docker exec name sh -c script` (for probes batched with others)."""
-    return ["docker", "exec", name, "sh", "-c", script]
-
-
 def quoted(argv: Sequence[str]) -> Shell:
     """argv as one Shell command line."""
     return Shell(" ".join(["{}"] * len(argv)), *argv)
