@@ -25,7 +25,7 @@ CHECKS: list[tuple[str, CheckFunction]] = [
 # launch itself resolves (missing or unsynced models, a stale container of its own).
 LAUNCH_CRITICAL = ("reach", "platform.gpu", "links.present", "links.carrier", "links.address", "links.mtu",
                    "links.mtu-match", "links.crossed", "links.roce", "path", "trust", "docker.daemon", "docker.group",
-                   "docker.image", "docker.image-match", "ports", "models.writable", "models.disk", "memory")
+                   "docker.image", "docker.image-match", "docker.image-mode", "ports", "models.writable", "models.disk", "memory")
 
 
 def is_launch_critical(check: str) -> bool:

@@ -10,6 +10,7 @@ from sparkpair.checks import Facts, Finding, fail, ok, per_node, reachable_nodes
 from sparkpair.inventory import Inventory
 from sparkpair.inventory.profiles import Profile
 from sparkpair.probes import NodeFacts, Probe, ProbeFailure, docker, host, models
+from sparkpair.runtimes import runtime_of
 
 GIB = 1024 ** 3
 MIN_FREE = GIB  # below this a full cache breaks even a launch with nothing to download
@@ -31,10 +32,12 @@ def engine_probes(inventory: Inventory, profile: Profile, verify_budget: float =
     """The probes these checks judge, on one node."""
     cache = inventory.container.hf_cache
     repos = profile.repos
+    needs = runtime_of(profile).image_needs(inventory)
     return [host.LISTENERS, host.INFINIBAND_DEVICES, docker.DOCKER_INFO, docker.image_id(inventory.container.image),
             docker.container(inventory.container.name), models.cache_access(cache), host.free_bytes(cache),
             TOKEN_ON_NODE, *(models.manifest(cache, repo) for repo in repos),
-            models.content(cache, tuple(repos), verify_budget), hub_probe(inventory, repos[0])]
+            models.content(cache, tuple(repos), verify_budget), hub_probe(inventory, repos[0]),
+            *([docker.image_commands(inventory.container.image, needs)] if needs else [])]
 
 
 def check_docker(facts: Facts) -> Iterable[Finding]:
@@ -65,6 +68,27 @@ def check_docker(facts: Facts) -> Iterable[Finding]:
         yield (ok("docker.image", name, f"{image} {image_id[:19]}") if isinstance(image_id, str) else
                fail("docker.image", name, f"{image} is not on this node", f"docker pull {image} (on {name})"))
     yield from _image_match(facts)
+    yield from _image_mode(facts)
+
+
+def _image_mode(facts: Facts) -> Iterable[Finding]:
+    """Proves the image has what the runtime's mode runs (vLLM: vllm; in Ray mode ray too)."""
+    needs = runtime_of(facts.profile).image_needs(facts.inventory)
+    if not needs:
+        return
+    image = facts.inventory.container.image
+    for name, found in per_node(facts, docker.image_commands(image, needs)):
+        missing = [command for command in needs if not isinstance(found, frozenset) or command not in found]
+        if isinstance(found, ProbeFailure) or found is None:
+            yield skip("docker.image-mode", name, f"cannot look inside {image} ({found})")
+        elif missing:
+            yield fail("docker.image-mode", name, f"{image} has no {', '.join(missing)} on its PATH "
+                                                  f"({facts.profile.runtime}, {facts.inventory.vllm.multinode} mode)",
+                       "an image with ray[default] installed (NVIDIA's vLLM playbook pip-installs it), or "
+                       "vllm.multinode: native in the inventory" if "ray" in missing else
+                       f"the engine image for {facts.profile.runtime} (vllm.image in the inventory)")
+        else:
+            yield ok("docker.image-mode", name, f"{image} has {', '.join(needs)}")
 
 
 def _image_match(facts: Facts) -> Iterable[Finding]:

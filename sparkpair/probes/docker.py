@@ -100,6 +100,19 @@ def image_id(image: str) -> Probe[str | None]:
     return Probe("image id", (image,), api_get(f"/images/{image}/json"), parse_api_image_id)
 
 
+def parse_commands(text: str) -> frozenset[str]:
+    """The command names an image_commands probe found (one per line; anything else is dropped)."""
+    return frozenset(line.strip() for line in text.splitlines() if line.strip().replace("-", "").isalnum())
+
+
+def image_commands(image: str, commands: tuple[str, ...]) -> Probe[frozenset[str]]:
+    """Which of commands the image has on its PATH: a throw-away container without a network runs
+    `command -v` for each (only for runtimes whose mode needs a command the image may lack)."""
+    script = " ".join(f"command -v {name} >/dev/null 2>&1 && echo {name};" for name in commands) + " true"
+    return Probe("image commands", (image, commands),
+                 Shell("docker run --rm --network none --entrypoint sh {} -c {}", image, script), parse_commands)
+
+
 def container(name: str) -> Probe[ContainerState | None]:
     """The container called name; None when there is none."""
     return Probe("container", (name,), api_get(f"/containers/{name}/json"), parse_api_container)

@@ -98,6 +98,10 @@ class Runtime(Protocol):
     def launcher_log(self, ranks: int) -> str | None:
         """The file on the serving node holding a launcher's output beside the ranks' (mpirun), if any."""
 
+    def image_needs(self, inventory: Inventory) -> tuple[str, ...]:
+        """Commands the engine image must have for the inventory's mode (doctor's docker.image-mode asks the
+        image); empty when nothing is worth a look (TensorRT-LLM's image is NVIDIA's, whole)."""
+
     def cluster_script(self, inventory: Inventory) -> str | None:
         """sh, in the serving node's container, printing one line about a cluster the engine runs on (Ray's
         nodes), or None when it runs on none."""

@@ -104,6 +104,9 @@ class TensorRtLlm:
     def launcher_log(self, ranks: int) -> str | None:
         return SERVE_LOG if ranks > 1 else None  # mpirun's own output, every rank's lines, on the head
 
+    def image_needs(self, inventory: Inventory) -> tuple[str, ...]:
+        return ()
+
     def cluster_script(self, inventory: Inventory) -> str | None:
         return None
 

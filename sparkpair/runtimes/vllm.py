@@ -229,6 +229,10 @@ class Vllm:
     def launcher_log(self, ranks: int) -> str | None:
         return None
 
+    def image_needs(self, inventory: Inventory) -> tuple[str, ...]:
+        """vllm, and Ray's CLI in Ray mode (NVIDIA's vLLM image has no Ray: its playbook installs it)."""
+        return ("vllm", "ray") if inventory.vllm.multinode == "ray" else ("vllm",)
+
     def cluster_script(self, inventory: Inventory) -> str | None:
         """In Ray mode: how many nodes `ray status` counts, as `ray: N nodes`."""
         if inventory.vllm.multinode != "ray":

