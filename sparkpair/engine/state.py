@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from sparkpair import paths
+from sparkpair.runtimes import RUNTIME_NAMES
 from sparkpair.transport import NodeConnection, Shell
 
 
@@ -61,7 +62,7 @@ def _well_typed(state: LaunchState) -> bool:
         (state.endpoint, str), (state.revisions, dict), (state.transport, str),
         (state.image_id, (str, type(None))), (state.stopped, (int, float, type(None))), (state.fabric, dict),
         (state.runtime, str)]
-    if state.runtime not in ("trtllm", "vllm"):
+    if state.runtime not in RUNTIME_NAMES:
         return False
     return all(isinstance(value, kinds) for value, kinds in checks) and all(isinstance(n, str) for n in state.nodes)
 

@@ -134,8 +134,8 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         "target_gib": 65.0,
         "draft_gib": 1.5,
         "variants": {
-            # NVIDIA's vLLM playbook serves gpt-oss-120b on one Spark; its Eagle3 draft is NVIDIA's
-            # (docs/profiles.md#gpt-oss-120b-on-vllm).
+            # One Spark holds GPT-OSS-120B (NVIDIA's speculative-decoding playbook); its Eagle3 draft is
+            # NVIDIA's (docs/profiles.md, On vLLM).
             "vllm": {
                 "description": "GPT-OSS-120B + Eagle3 on one Spark on vLLM",
                 "decoding_type": "Eagle3",

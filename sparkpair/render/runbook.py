@@ -28,9 +28,10 @@ def shell_words(argv: list[str]) -> str:
 
 
 def launch_steps(inventory: Inventory, profile: Profile, config_files: list[str],
-                 starts: list[recipe.Start]) -> list[Step]:
+                 starts: list[recipe.Start], spec: recipe.ContainerSpec) -> list[Step]:
     """Every step of `sparkpair launch PROFILE`, in order; config_files: what launch puts in ~/.sparkpair/config;
-    starts: the runtime's commands that start the engine, each on its node."""
+    starts: the runtime's commands that start the engine, each on its node; spec: the runtime's engine container
+    on the head (its home as $HOME)."""
     nodes = inventory.nodes if profile.is_pair else [inventory.head]
     where_all = " and ".join(node.name for node in nodes)
     name = inventory.container.name
@@ -38,7 +39,7 @@ def launch_steps(inventory: Inventory, profile: Profile, config_files: list[str]
         Step("Preflight: the launch-critical checks", "this machine", ("sparkpair doctor",)),
         Step("Files: rendered config in ~/.sparkpair/config, token in ~/.sparkpair/secrets (0600)", where_all,
              tuple(f"# ~/{recipe.NODE_CONFIG_DIR}/{file}" for file in config_files)),
-        Step("Engine container", where_all, (shell_words(_docker_run(inventory)),)),
+        Step("Engine container", where_all, (shell_words(recipe.docker_run_argv(spec)),)),
         Step("Models into the HF cache, verified by manifest", inventory.head.name,
              tuple(_download_lines(name, profile))),
     ]
@@ -53,11 +54,6 @@ def launch_steps(inventory: Inventory, profile: Profile, config_files: list[str]
         Step("Stop", where_all, (f"docker rm -f {shlex.quote(name)}",)),
     ]
     return steps
-
-
-def _docker_run(inventory: Inventory) -> list[str]:
-    spec = recipe.container_spec(inventory, inventory.head, HOME, gpus=True, infiniband=True)
-    return recipe.docker_run_argv(spec)
 
 
 def _download_lines(container: str, profile: Profile) -> list[str]:

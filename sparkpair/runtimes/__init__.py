@@ -161,7 +161,8 @@ def render_profile(inventory: Inventory, profile: Profile, source: str = "the in
                           (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
     config = [item.path for item in runtime.config_files(view, profile, view.head, None)]
     starts = runtime.starts(view, profile, rank_nodes(view, profile))
-    own = [*runtime.rendered(view, profile), launch_script(view, profile, config, starts, source)]
+    spec = runtime.container_spec(view, view.head, "$HOME", gpus=True, infiniband=True, fabric=None)
+    own = [*runtime.rendered(view, profile), launch_script(view, profile, config, starts, spec, source)]
     if runtime.name != "trtllm":  # beside TensorRT-LLM's files (the first runtime's), under the runtime's name
         own = [replace(item, path=f"{runtime.name}/{item.path}") for item in own]
     return [netplan_file(view, node, source) for node in view.nodes] + own

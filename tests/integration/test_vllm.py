@@ -96,6 +96,21 @@ def test_a_second_launch_with_nothing_changed_downloads_and_copies_nothing(serve
     assert "copying" not in run.text and "download" not in run.text.lower()
 
 
+def test_the_serve_definitions_sparkpair_checks_against_are_the_real_vllms(served) -> None:
+    """sparkpair/data/vllm_serve.json is what scripts/vllm_schema/derive.py derives from the vLLM in the image."""
+    bed, _ = served
+    root = Path(__file__).resolve().parents[2]
+    for name, source in (("derive.py", root / "scripts/vllm_schema/derive.py"),
+                         ("vllm_serve.json", root / "sparkpair/data/vllm_serve.json")):
+        put = bed.exec("spark-a", f"docker exec -i {CONTAINER} sh -c 'cat > /tmp/{name}' <<'SPARKPAIR_EOF'\n"
+                                  f"{source.read_text()}SPARKPAIR_EOF\n", check=False)
+        assert put.returncode == 0, put.stderr
+    check = bed.exec("spark-a", f"docker exec {CONTAINER} python3 /tmp/derive.py --check --out /tmp/vllm_serve.json",
+                     check=False, timeout=300)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "matches vLLM 0.32.0" in check.stdout
+
+
 def test_logs_show_each_nodes_rank(served) -> None:
     bed, _ = served
     run = run_sparkpair(bed.inventory, "logs", "--tail", "5000")

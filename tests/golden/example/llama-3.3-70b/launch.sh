@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `sparkpair launch llama-3.3-70b` as shell commands: a runbook generated from inventory.example.yaml.
 # Llama-3.3-70B NVFP4 with Llama-3.1-8B NVFP4 as draft on one Spark (Draft-Target)
-# Each step names the node it runs on. sparkpair runs the same commands over SSH and drives
-# `docker run` through the Docker API with exactly the settings shown here.
+# Each step names the node it runs on. sparkpair runs the same commands over SSH, `docker run` with
+# exactly the settings shown here.
 # Secrets: no token is ever written here. sparkpair copies the HF token to
 # ~/.sparkpair/secrets/hf_token (mode 0600) on each node; the container reads it read-only through
 # HF_TOKEN_PATH=/sparkpair/secrets/hf_token, so it never appears in argv, `ps` or `docker inspect`.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `sparkpair launch gpt-oss-120b` as shell commands: a runbook generated from inventory.example.yaml.
 # GPT-OSS-120B + Eagle3 on one Spark on vLLM
-# Each step names the node it runs on. sparkpair runs the same commands over SSH and drives
-# `docker run` through the Docker API with exactly the settings shown here.
+# Each step names the node it runs on. sparkpair runs the same commands over SSH, `docker run` with
+# exactly the settings shown here.
 # Secrets: no token is ever written here. sparkpair copies the HF token to
 # ~/.sparkpair/secrets/hf_token (mode 0600) on each node; the container reads it read-only through
 # HF_TOKEN_PATH=/sparkpair/secrets/hf_token, so it never appears in argv, `ps` or `docker inspect`.
@@ -15,7 +15,7 @@ sparkpair doctor
 # ~/.sparkpair/config/container.env
 
 # 3. Engine container  [on spark-a]
-docker run -d --name vllm-multinode --network host --ipc host --ulimit=memlock=-1 --ulimit=stack=67108864 --gpus all --device /dev/infiniband:/dev/infiniband --label sparkpair.cluster=spark-pair --label sparkpair.node=spark-a --env-file "$HOME/.sparkpair/config/container.env" -v "$HOME/.sparkpair/config:/sparkpair/config:ro" -v "$HOME/.sparkpair/secrets:/sparkpair/secrets:ro" -v "$HOME/.ssh:/sparkpair/ssh:ro" -v "$HOME/.cache/huggingface:/sparkpair/hf:rw" nvcr.io/nvidia/vllm:26.05-py3 sleep infinity
+docker run -d --name vllm-multinode --network host --shm-size 10.24g --ulimit=memlock=-1 --ulimit=stack=67108864 --gpus all --device /dev/infiniband:/dev/infiniband --label sparkpair.cluster=spark-pair --label sparkpair.node=spark-a --env-file "$HOME/.sparkpair/config/container.env" -v "$HOME/.sparkpair/config:/sparkpair/config:ro" -v "$HOME/.sparkpair/secrets:/sparkpair/secrets:ro" -v "$HOME/.ssh:/sparkpair/ssh:ro" -v "$HOME/.cache/huggingface:/sparkpair/hf:rw" nvcr.io/nvidia/vllm:26.05-py3 sleep infinity
 
 # 4. Models into the HF cache, verified by manifest  [on spark-a]
 docker exec -u "$(id -u):$(id -g)" vllm-multinode hf download openai/gpt-oss-120b

@@ -1,0 +1,129 @@
+"""docs/architecture.md names every module of every package, and the runtime lists it says to extend agree.
+
+A package is documented by a table row whose package cell lists it (`engine/`, or `cli/`, `report/`); each
+module of that package (`sparkpair/<package>/<module>.py`, `__init__` and `__main__` aside) must appear in
+that row as `module`. Top-level modules (`sparkpair/<module>.py`) must appear as `module.py` in the
+"Top-level modules:" paragraph. Adding a module without documenting it fails here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "sparkpair"
+DOC = ROOT / "docs" / "architecture.md"
+
+PACKAGE_CELL = re.compile(r"`[a-z_]+(?:/[a-z_]+)*/`(?:, `[a-z_]+(?:/[a-z_]+)*/`)*")
+SKIPPED = {"__init__", "__main__"}
+
+
+def modules_by_package(root: Path) -> dict[str, list[str]]:
+    """Every module under root by its package's path relative to root ("" for the top level): the stems of
+    its .py files, without __init__ and __main__ (caches skipped)."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        if path.stem in SKIPPED or "__pycache__" in path.parts:
+            continue
+        package = path.parent.relative_to(root).as_posix()
+        found.setdefault("" if package == "." else package, []).append(path.stem)
+    return found
+
+
+def package_rows(doc: str) -> dict[str, str]:
+    """Each package a table row of doc documents ("engine", "data/modelnode") -> that row's text."""
+    rows: dict[str, str] = {}
+    for line in doc.splitlines():
+        if not line.startswith("|"):
+            continue
+        for cell in (cell.strip() for cell in line.strip("|").split("|")):
+            if PACKAGE_CELL.fullmatch(cell):
+                for package in re.findall(r"`([^`]+)/`", cell):
+                    rows[package] = line
+    return rows
+
+
+def top_level_paragraph(doc: str) -> str:
+    """The paragraph of doc that starts with "Top-level modules:" ("" when there is none)."""
+    for paragraph in doc.split("\n\n"):
+        if paragraph.startswith("Top-level modules:"):
+            return paragraph
+    return ""
+
+
+def undocumented(doc: str, root: Path) -> list[str]:
+    """Every module under root that doc does not name where it should, as `package/module.py`."""
+    rows, top = package_rows(doc), top_level_paragraph(doc)
+    missing = []
+    for package, names in modules_by_package(root).items():
+        for name in names:
+            if package == "":
+                if f"`{name}.py`" not in top:
+                    missing.append(f"{name}.py")
+            elif f"`{name}`" not in rows.get(package, ""):
+                missing.append(f"{package}/{name}.py")
+    return missing
+
+
+def test_the_architecture_page_names_every_module_of_every_package() -> None:
+    missing = undocumented(DOC.read_text(), PACKAGE)
+    assert not missing, f"docs/architecture.md does not name {', '.join(missing)} in its package's row"
+
+
+def test_it_finds_the_packages_it_must_check() -> None:
+    found = modules_by_package(PACKAGE)
+    assert {"", "engine", "runtimes", "transport", "network", "data/modelnode"} <= set(found)
+    assert {"vllm", "trtllm"} <= set(found["runtimes"]) and "mn_links" in found["data/modelnode"]
+    assert {"engine", "runtimes", "data/modelnode", "cli", "report"} <= set(package_rows(DOC.read_text()))
+
+
+@pytest.mark.parametrize("new_module", ["engine/newstage.py", "data/modelnode/mn_new.py", "newleaf.py",
+                                        "newpkg/first.py"])
+def test_a_module_added_without_documenting_it_fails(tmp_path: Path, new_module: str) -> None:
+    for package, names in modules_by_package(PACKAGE).items():
+        for name in names:
+            (tmp_path / package).mkdir(parents=True, exist_ok=True)
+            (tmp_path / package / f"{name}.py").touch()
+    doc = DOC.read_text()
+    assert undocumented(doc, tmp_path) == []
+    (tmp_path / new_module).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / new_module).touch()
+    assert undocumented(doc, tmp_path) == [new_module]
+
+
+def test_a_module_named_only_in_another_packages_row_is_not_documented(tmp_path: Path) -> None:
+    doc = "| stage | package | holds |\n|---|---|---|\n| x | `engine/` | `launch` |\n| y | `bench/` | `client` |\n"
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "launch.py").touch()
+    (tmp_path / "engine" / "client.py").touch()
+    assert undocumented(doc, tmp_path) == ["engine/client.py"]
+
+
+def test_every_list_of_runtimes_the_page_says_to_extend_agrees() -> None:
+    from sparkpair.cli.options import RUNTIME_CHOICES
+    from sparkpair.inventory import profiles, schema
+    from sparkpair.runtimes import RUNTIME_NAMES, _registry
+
+    top_level = next(f for f in dataclasses.fields(schema.Inventory) if f.name == "runtime").metadata["kind"].kind
+    profile_field = next(f for f in dataclasses.fields(profiles.Profile) if f.name == "runtime").metadata["kind"]
+    lists = {"runtimes.RUNTIME_NAMES": tuple(RUNTIME_NAMES), "runtimes._registry()": tuple(_registry()),
+             "cli.options.RUNTIME_CHOICES": tuple(RUNTIME_CHOICES), "inventory.profiles.RUNTIME": profiles.RUNTIME.values,
+             "Profile.runtime": profile_field.values, "Inventory.runtime": top_level.values}
+    assert len({tuple(sorted(values)) for values in lists.values()}) == 1, lists
+    assert "`RUNTIME_CHOICES`" in DOC.read_text() and "`RUNTIME_NAMES`" in DOC.read_text()
+
+
+def test_adding_a_runtime_names_every_member_of_the_runtime_protocol() -> None:
+    from sparkpair.runtimes import Runtime
+
+    members = set(Runtime.__annotations__) | {name for name, value in vars(Runtime).items()
+                                                if callable(value) and not name.startswith("_")}
+    doc = DOC.read_text()
+    section = doc[doc.index("### Adding a runtime"):]
+    section = section[:section.index("\n## ")]
+    missing = sorted(name for name in members if f"`{name}`" not in section)
+    assert {"image", "starts", "stages"} <= members and not missing, missing
