@@ -17,7 +17,7 @@ import fcntl
 import os
 import sys
 
-from . import faults, lifecycle, reset, vllm_pair, vllm_wheels
+from . import faults, lifecycle, reset, vllm_pair, vllm_ray, vllm_wheels
 from .faults import FAULTS
 from .hostexec import CommandError, node_prefix
 from .layout import CACHE_DIR, INVENTORY, NODES, USER, node
@@ -53,8 +53,9 @@ def parser() -> argparse.ArgumentParser:
     source = reset_cmd.add_mutually_exclusive_group(required=True)
     source.add_argument("--spec", metavar="FILE.json", help="the reset spec, a JSON file")
     source.add_argument("--spec-json", metavar="JSON", help="the reset spec as JSON text")
-    vllm = sub.add_parser("vllm", help="the real vLLM (CPU build) on the running pair: wheelhouse, image in both "
-                                       "nodes, tiny models on the head (idempotent, cached; see vllm_pair.py)")
+    vllm = sub.add_parser("vllm", help="the real vLLM (CPU build) on the running pair: wheelhouses, images (vLLM, "
+                                       "vLLM+Ray) in both nodes, tiny models on the head (idempotent, cached; see "
+                                       "vllm_pair.py)")
     vllm.add_argument("--wheelhouse-only", action="store_true",
                       help="only fill the wheelhouse cache (pip download; needs no pair)")
     return top
@@ -62,13 +63,13 @@ def parser() -> argparse.ArgumentParser:
 
 def do_vllm(args) -> int:
     """The vLLM setup: the download outside the testbed lock, the pair's part under it."""
-    vllm_wheels.ensure_wheelhouse(log)
+    vllm_ray.ensure_wheelhouse(vllm_wheels.ensure_wheelhouse(log), log)
     if args.wheelhouse_only:
         log(f"wheelhouse: {vllm_wheels.wheelhouse_dir()}")
         return 0
     with locked():
         setup = vllm_pair.ensure_vllm(log)
-    log(f"vLLM {setup.vllm_version}: {setup.image} on both nodes; {setup.target_repo} and {setup.draft_repo} "
+    log(f"vLLM {setup.vllm_version}: {setup.image} and {setup.ray_image} on both nodes; {setup.target_repo} and {setup.draft_repo} "
         f"in {setup.head}'s HF cache; record: {vllm_pair.RECORD}")
     return 0
 

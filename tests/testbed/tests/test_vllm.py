@@ -20,13 +20,24 @@ from pathlib import Path
 import pytest
 from sparkpair_testbed import vllm_serve
 from sparkpair_testbed.hostexec import CommandError, node_run
-from sparkpair_testbed.layout import HEAD, NODES, USER, VLLM_DRAFT_REPO, VLLM_IMAGE_TAG, VLLM_TARGET_REPO, WORKER
+from sparkpair_testbed.layout import (
+    HEAD,
+    NODES,
+    USER,
+    VLLM_DRAFT_REPO,
+    VLLM_IMAGE_TAG,
+    VLLM_RAY_IMAGE_TAG,
+    VLLM_TARGET_REPO,
+    WORKER,
+)
 from sparkpair_testbed.vllm_models import hub_dir
 
 pytestmark = pytest.mark.integration
 
 LFS_NAMES = re.compile(r"(\.safetensors|^tokenizer\.json)$")
 START_TIMEOUT = 900
+RAY_CONTAINER = "sparkpair-testbed-vllm-ray"
+RAY_JOIN_TIMEOUT = 180
 
 
 @dataclass
@@ -78,6 +89,36 @@ def test_the_image_runs_under_the_nodes_gpu_runtime(testbed_vllm):
     assert out[1] == "/opt/vllm/bin/vllm"
     assert out[2].split() == ["0.32.0+cpu", "0.32.0", "2.13.0+cpu", "cpu", "nobind", "1"]
     assert testbed_vllm.image == VLLM_IMAGE_TAG
+
+
+def test_the_ray_image_forms_a_two_node_cluster_over_the_qsfp_link(testbed, testbed_vllm):
+    """NVIDIA's playbook form on the Ray image: `ray start --head` on the head, `ray start --address`
+    on the worker, each on its QSFP address; `ray status` on the head lists both nodes."""
+    assert testbed_vllm.ray_image == VLLM_RAY_IMAGE_TAG
+    head_ip, worker_ip = vllm_serve.qsfp_ip(HEAD), vllm_serve.qsfp_ip(WORKER)
+    starts = ((HEAD, ["--head", "--port", "6379", "--node-ip-address", head_ip]),
+              (WORKER, ["--address", f"{head_ip}:6379", "--node-ip-address", worker_ip]))
+    status = ""
+    try:
+        vllm_serve.configure_links()
+        for node, args in starts:
+            node_run(node, ["docker", "rm", "-f", RAY_CONTAINER], user=USER, check=False, timeout=120)
+            node_run(node, ["docker", "run", "-d", "--name", RAY_CONTAINER, "--network", "host", "--shm-size",
+                            vllm_serve.SHM_SIZE, VLLM_RAY_IMAGE_TAG, "sleep", "infinity"], user=USER, timeout=120)
+            node_run(node, ["docker", "exec", "-d", RAY_CONTAINER, "ray", "start", "--block", *args], user=USER)
+        deadline = time.monotonic() + RAY_JOIN_TIMEOUT
+        while status.count(" node_") < 2 and time.monotonic() < deadline:
+            proc = node_run(HEAD, ["docker", "exec", RAY_CONTAINER, "ray", "status", "--address", f"{head_ip}:6379"],
+                            user=USER, check=False, timeout=60)
+            status = proc.stdout + proc.stderr
+            time.sleep(0 if status.count(" node_") >= 2 else 3)
+    finally:
+        for node in NODES:
+            node_run(node, ["docker", "rm", "-f", RAY_CONTAINER], user=USER, check=False, timeout=120)
+        vllm_serve.release_links()
+        testbed.since_reset.clear()
+    active = status.split("Active:", 1)[-1].split("Pending:", 1)[0]
+    assert len(re.findall(r"^ 1 node_[0-9a-f]{56}$", active, re.M)) == 2, status
 
 
 def blob_name(path: Path) -> str:

@@ -9,7 +9,7 @@ import json
 import os
 
 import pytest
-from sparkpair_testbed import vllm_models, vllm_serve, vllm_wheels
+from sparkpair_testbed import vllm_models, vllm_ray, vllm_serve, vllm_wheels
 from sparkpair_testbed.hostexec import CommandError
 
 METADATA = """Metadata-Version: 2.4
@@ -119,3 +119,27 @@ def test_the_serve_commands_are_the_native_multi_node_ones():
     assert run[:9] == ["docker", "run", "-d", "--name", "sparkpair-testbed-vllm", "--network", "host", "--gpus", "all"]
     assert run[-3:] == ["sparkpair/vllm-cpu:0.32.0", "sleep", "infinity"]
     assert "/home/nvidia/.cache/huggingface:/root/.cache/huggingface" in run and "--shm-size" in run
+
+
+def test_the_ray_wheelhouse_keeps_only_what_the_vllm_image_lacks(tmp_path, monkeypatch):
+    house = tmp_path / "vllm-house"
+    house.mkdir()
+    (house / vllm_wheels.CLOSURE).write_text("PyYAML==6.0.4\nprotobuf==7.36.2\n")
+    monkeypatch.setattr(vllm_ray, "CACHE_DIR", tmp_path)
+    asked = []
+
+    def download(args, target):
+        asked.append(args)
+        for name in ("ray-2.60.0-cp311-cp311-manylinux2014_x86_64.whl", "pyyaml-6.0.4-cp311-none-any.whl",
+                     "protobuf-7.36.2-cp310-abi3-manylinux2014_x86_64.whl", "msgpack-1.2.4-py3-none-any.whl"):
+            (target / name).write_bytes(b"wheel")
+
+    monkeypatch.setattr(vllm_wheels, "pip_download", download)
+    ray_house = vllm_ray.ensure_wheelhouse(house, lambda message: None)
+    assert asked == [["-c", str(house / vllm_wheels.CLOSURE), "ray[default]==2.60.0"]]
+    assert sorted(wheel.name for wheel in ray_house.glob("*.whl")) == [
+        "msgpack-1.2.4-py3-none-any.whl", "ray-2.60.0-cp311-cp311-manylinux2014_x86_64.whl"]
+    assert (ray_house / vllm_ray.CONTENTS).read_text() == "msgpack==1.2.4\nray==2.60.0\n"
+    assert vllm_ray.ensure_wheelhouse(house, lambda message: None) == ray_house and len(asked) == 1
+    (house / vllm_wheels.CLOSURE).write_text("PyYAML==6.0.5\n")
+    assert vllm_ray.wheelhouse_dir(house) != ray_house  # a new vLLM closure means a new Ray wheelhouse
