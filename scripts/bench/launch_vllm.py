@@ -22,19 +22,13 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from launch import TESTBED, sparkpair  # scripts/bench/launch.py, beside this script
 from sparkpair_testbed import vllm_serve  # the testbed's by-hand vLLM commands (tests/testbed)
 from sparkpair_testbed.layout import HEAD, NODES, VLLM_TARGET_REPO
 
 from sparkpair.inventory import read_inventory
 
-ROOT = Path(__file__).resolve().parents[2]
-TESTBED = ROOT / "scripts" / "testbed"
 POLL_S = 0.2
-
-
-def sparkpair(path: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sparkpair", "-i", path, *args], cwd=ROOT, capture_output=True,
-                          text=True)
 
 
 def _answers(base: str) -> bool:
