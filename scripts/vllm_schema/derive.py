@@ -26,7 +26,9 @@ import typing
 from pathlib import Path
 from typing import Any
 
-OUTPUT = Path(__file__).resolve().parents[2] / "sparkpair" / "data" / "vllm_serve.json"
+HERE = Path(__file__).resolve()
+# In a checkout: sparkpair/data/vllm_serve.json; a copy run elsewhere (inside an image) names --out.
+OUTPUT = HERE.parents[2] / "sparkpair" / "data" / "vllm_serve.json" if len(HERE.parents) > 2 else Path("vllm_serve.json")
 
 
 def literal_values(annotation: Any) -> list[str]:
