@@ -201,7 +201,7 @@ def test_each_fault_is_found_with_its_fix_and_clears_after_heal(pair, tmp_path, 
 
 # Changes an operator makes by hand (no testbed fault needed), made on spark-b as root, their undo,
 # and what doctor's real probes must find: (check, node, status, words the fix must contain)
-BLOB = "$(ls -d /home/nvidia/.cache/huggingface/hub/models--*/blobs/* | head -n 1)"
+BLOB = "$(ls -d /home/nvidia/.cache/huggingface/hub/models--nvidia--Qwen3-235B-A22B-FP4/blobs/* | head -n 1)"  # the profile's
 NETPLAN = "/etc/netplan/40-sparkpair-cx7.yaml"
 HAND_MADE = [
     ("netplan-file-removed", f"mv {NETPLAN} {NETPLAN}.kept", f"mv {NETPLAN}.kept {NETPLAN}",

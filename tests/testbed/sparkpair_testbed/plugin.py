@@ -118,11 +118,12 @@ def healed(request):
             bed.heal()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def testbed_vllm(testbed) -> VllmSetup:
     """The real vLLM (CPU build) on the pair, built on first use (`scripts/testbed vllm`: minutes
     cold, about a second when cached): the image in both nodes' engines, the tiny target and Eagle3
-    draft in the head's HF cache. After a reset that removes them, `testbed.vllm()` puts them back."""
+    draft in the head's HF cache. Module scope: each module that asks gets them again where a `down`
+    (the engines' images) or a reset (the models) in between took them away."""
     return testbed.vllm()
 
 
