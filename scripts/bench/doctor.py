@@ -30,6 +30,7 @@ from floor import floor, ssh_argv, timed  # scripts/bench/floor.py, beside this 
 
 from sparkpair.checks.collect import node_probes
 from sparkpair.inventory import Inventory, read_inventory
+from sparkpair.inventory.profiles import Profile
 from sparkpair.probes.host import CLOCK
 from sparkpair.transport import PATH_PREFIX, command_text
 
@@ -53,7 +54,7 @@ def doctor(inventory_path: str, profile: str | None, inside: list[float] | None 
         inside.append(json.loads(proc.stdout)["elapsed_s"])
 
 
-def naive(inventory: Inventory, profile: str) -> None:
+def naive(inventory: Inventory, profile: Profile) -> None:
     """One SSH connection and command per probe, sequentially (the same probes doctor batches)."""
     for node in inventory.nodes:
         for probe in [*node_probes(inventory, node, profile), CLOCK]:
@@ -69,7 +70,7 @@ def main() -> int:
     parser.add_argument("--naive-runs", type=int, default=1, help="runs of the naive doctor (about 20 s each)")
     args = parser.parse_args()
     inventory = read_inventory(args.inventory)
-    profile = args.profile or inventory.server.profile
+    profile = inventory.profile(args.profile)
     probes = sum(len(node_probes(inventory, node, profile)) + 1 for node in inventory.nodes)
     inside: list[float] = []
     lock = open("/tmp/sparkpair-pair.lock", "w")  # noqa: SIM115 (held until the process ends)

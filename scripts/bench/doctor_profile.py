@@ -92,7 +92,7 @@ def main() -> int:
                  for n in inventory.nodes])
     pair.connect()
     mark = phase("connect both nodes", mark)
-    profile = args.profile or inventory.server.profile
+    profile = inventory.profile(args.profile)
     lines = pair.each(lambda c: timeline(c, collect.node_probes(inventory, inventory.node(c.name), profile)))
     phase("timed probe batch (both)", mark)
     for name, rows in lines.raise_first().values.items():
