@@ -27,7 +27,7 @@ from sparkpair.probes import models
 from sparkpair.progress import Event, Progress
 from sparkpair.render import recipe
 from sparkpair.render.recipe import Start
-from sparkpair.runtimes import Runtime, rank_nodes, runtime_of
+from sparkpair.runtimes import Runtime, checked_view, rank_nodes, runtime_of
 from sparkpair.transport import NodeConnection, Pair, Shell
 
 JOURNAL = "launch"
@@ -100,18 +100,11 @@ class LaunchPlan:
 def resolve(inventory: Inventory, options: LaunchOptions) -> tuple[Inventory, Profile]:
     """The profile on the runtime asked for, and the inventory as that runtime sees it; a profile without that
     runtime's variant, or a setting the engine does not know, is refused before any node is asked."""
-    from sparkpair.errors import RenderError
-
     try:
         profile = inventory.profile(options.profile, options.runtime)
     except KeyError as error:
         raise UsageError(str(error.args[0]), hint=f"sparkpair launch {options.profile} without --runtime") from None
-    view = inventory.for_runtime(profile.runtime)
-    problems = runtime_of(profile).problems(view, profile)
-    if problems:
-        raise RenderError(f"profile {profile.name}: {problems[0]}" +
-                          (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
-    return view, profile
+    return checked_view(inventory, profile), profile
 
 
 def command_line(starts: list[Start]) -> str:

@@ -147,18 +147,26 @@ def rank_nodes(inventory: Inventory, profile: Profile, node: str | None = None) 
     return [node or inventory.head.name]
 
 
-def render_profile(inventory: Inventory, profile: Profile, source: str = "the inventory") -> list[RenderedFile]:
-    """Every file `sparkpair render` writes for a profile: each node's netplan file, the runtime's own files and
-    the launch runbook; a setting the engine does not know is a RenderError naming it."""
+def checked_view(inventory: Inventory, profile: Profile) -> Inventory:
+    """The inventory as the profile's runtime sees it, once the profile passes the engine's own definitions;
+    a RenderError names the first setting the engine does not know."""
     from sparkpair.errors import RenderError
-    from sparkpair.render import launch_script, netplan_file
 
-    runtime = runtime_of(profile)
-    view = inventory.for_runtime(runtime.name)
-    problems = runtime.problems(view, profile)
+    view = inventory.for_runtime(profile.runtime)
+    problems = runtime_of(profile).problems(view, profile)
     if problems:
         raise RenderError(f"profile {profile.name}: {problems[0]}" +
                           (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    return view
+
+
+def render_profile(inventory: Inventory, profile: Profile, source: str = "the inventory") -> list[RenderedFile]:
+    """Every file `sparkpair render` writes for a profile: each node's netplan file, the runtime's own files and
+    the launch runbook; a setting the engine does not know is a RenderError naming it."""
+    from sparkpair.render import launch_script, netplan_file
+
+    runtime = runtime_of(profile)
+    view = checked_view(inventory, profile)
     config = [item.path for item in runtime.config_files(view, profile, view.head, None)]
     starts = runtime.starts(view, profile, rank_nodes(view, profile))
     spec = runtime.container_spec(view, view.head, "$HOME", gpus=True, infiniband=True, fabric=None)
