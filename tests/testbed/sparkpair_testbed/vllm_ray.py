@@ -121,18 +121,32 @@ def build(node: Node, ray_house: Path, key: str) -> None:
         raise CommandError(f"{node.name}: {VLLM_RAY_IMAGE_TAG} lacks label {KEY_LABEL}={key} after the build")
 
 
-def ensure_on(node: Node, ray_house: Path, key: str) -> bool:
-    """NODE's engine has the Ray image with KEY, built when it lacks it; True when built."""
-    if installed_key(node) == key:
-        return False
-    build(node, ray_house, key)
-    return True
-
-
 def ensure_image(nodes: Sequence[Node], ray_house: Path, vllm_image_id: str) -> tuple[str, str]:
-    """Every node's engine has the Ray image for RAY_HOUSE and VLLM_IMAGE_ID, built where missing
-    (the nodes in parallel): returns (key, 'built'|'present')."""
+    """Every node's engine has the same Ray image (one image ID under the tag, as a registry would give every
+    node: doctor's docker.image-match compares them) for RAY_HOUSE and VLLM_IMAGE_ID: built on the first node
+    when no node has it, then saved once and loaded where missing. Returns (key, 'built'|'present')."""
     key = image_key(ray_house, vllm_image_id)
     with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-        built = any(list(pool.map(lambda node: ensure_on(node, ray_house, key), nodes)))
-    return key, "built" if built else "present"
+        keys = list(pool.map(installed_key, nodes))
+    holders = [node for node, found in zip(nodes, keys) if found == key]
+    if holders:  # one image ID: nodes that built their own (another ID under the same key) take the first's
+        first = local_image_id(holders[0], VLLM_RAY_IMAGE_TAG)
+        holders = [node for node in holders if local_image_id(node, VLLM_RAY_IMAGE_TAG) == first]
+    missing = [node for node in nodes if node not in holders]
+    if not missing:
+        return key, "present"
+    source = holders[0] if holders else nodes[0]
+    if not holders:
+        build(source, ray_house, key)
+        missing = [node for node in missing if node is not source]
+    tar = CACHE_DIR / f"vllm-ray-image-{key}.tar"
+    if missing:
+        node_run(source, ["docker", "save", "-o", str(tar), VLLM_RAY_IMAGE_TAG], timeout=BUILD_TIMEOUT)
+        try:
+            for node in missing:
+                node_run(node, ["docker", "load", "-q", "-i", str(tar)], timeout=BUILD_TIMEOUT)
+                if installed_key(node) != key:
+                    raise CommandError(f"{node.name}: {VLLM_RAY_IMAGE_TAG} lacks label {KEY_LABEL}={key} after the load")
+        finally:
+            tar.unlink(missing_ok=True)
+    return key, "built"
