@@ -5,7 +5,8 @@ processes (CPU time, resident memory, reads of the model files, run state), the 
 compute processes, and what the rank printed since the last poll (Open MPI writes a rank's output
 files on the rank's own node). A rank's
 stage comes from its own output (`engine.stages`, the classifier's judge). A rank progresses when it
-prints, its memory grows, it reads the model files, or, in the stages where it works alone
+prints something new (a line that only repeats an earlier one but for its numbers, as a retry loop
+does, stops counting after its third time), its memory grows, it reads the model files, or, in the stages where it works alone
 (start-up, loading, warm-up, executor start), its CPU time grows; while the ranks wait on each other
 (MPI start, the MPI session, NCCL init) a spinning wait is no progress. A start has stalled when
 every rank has gone without progress for the stall limit of the stage it is in: a rank waiting for
@@ -35,6 +36,14 @@ DEFAULT_LIMITS = {STARTING.name: STARTING.limit_s, **{stage.name: stage.limit_s 
 MEMORY_STEP = 1 << 20      # growth that counts as progress
 CPU_STEP = 0.5             # CPU seconds that count as progress
 SHOW_SILENCE_AFTER = 20.0  # a rank's line says how long nothing moved once it is this long
+REPEATS_ARE_NOT_PROGRESS = 3  # a line shape printed this often before is a loop (a retry), not progress
+SHAPES_KEPT = 1024         # distinct line shapes remembered per rank (then forgotten all at once)
+
+
+def line_shape(line: str) -> str:
+    """The line with every word that holds a digit replaced by `#`: a retry loop's lines (timestamps, attempt
+    counters, addresses, ports) all have one shape. Linear: one split, one pass per word."""
+    return " ".join("#" if any(char.isdigit() for char in word) else word for word in line.split())
 
 
 def parse_stall_after(text: str) -> dict[str, float]:
@@ -96,6 +105,7 @@ class RankWatch:
     floor: int | None = None         # memory as the weights began to load (the first poll that saw it)
     floor_set: bool = False
     moved: str = ""
+    shapes: dict[str, int] = field(default_factory=dict)  # line shape -> times printed (see `line_shape`)
 
     @property
     def stage(self) -> stages.Stage:
@@ -159,13 +169,28 @@ class RankWatch:
                 self.offsets[path], self.partial[path] = 0, ""
             if not chunk.data:
                 continue
-            printed = True
             self.offsets[path] = min(chunk.size, self.offsets.get(path, 0) + ranks.OUTPUT_LIMIT)
             pieces = (self.partial.get(path, "") + chunk.data).split("\n")
             self.partial[path] = pieces.pop()
             lines = stages.clean_lines("\n".join(pieces))
             self.where = self.start.advance(self.where, lines + stages.clean_lines(self.partial[path]))
+            printed = self._something_new(lines + stages.clean_lines(self.partial[path])) or printed
         return printed
+
+    def _something_new(self, lines: list[str]) -> bool:
+        """Whether lines hold output that is not a loop repeating itself: a worker retrying its master forever
+        prints every few seconds, and that alone must not keep a start from being called stalled."""
+        if len(self.shapes) > SHAPES_KEPT:
+            self.shapes.clear()
+        new = False
+        for line in lines:
+            shape = line_shape(line)
+            if not shape:
+                continue
+            seen = self.shapes.get(shape, 0)
+            self.shapes[shape] = seen + 1
+            new = new or seen < REPEATS_ARE_NOT_PROGRESS
+        return new
 
 
 @dataclass(frozen=True)

@@ -221,3 +221,49 @@ def test_the_process_probe_asks_inside_the_container_and_never_returns_command_l
     probe = ranks.processes("trtllm-multinode", "/sparkpair/hf")
     assert probe.command.text.startswith("docker exec trtllm-multinode python3 -c ")
     assert '"args"' not in ranks.PROCESS_SCRIPT and "cmdline" in ranks.PROCESS_SCRIPT
+
+
+# --- a rank that only repeats itself -----------------------------------------------------------------
+
+LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
+
+
+def test_a_worker_retrying_an_unreachable_master_forever_is_no_progress_and_the_start_stalls() -> None:
+    """The real vLLM worker whose --master-addr has no host prints a TCPStore retry every ~3 s for 30 minutes
+    (tests/fixtures/logs/vllm_master_unreachable__simpair.log); the head waits silently. Before, every retry
+    counted as progress, so launch waited until its --timeout instead of the stage's stall limit."""
+    lines = (LOGS / "vllm_master_unreachable__simpair.log").read_text().splitlines(keepends=True)
+    first = next(index for index, line in enumerate(lines) if "failed to connect" in line)
+    starts = [index for index in range(first, len(lines)) if "TCP client failed to connect/validate" in lines[index]]
+    retry_blocks = ["".join(lines[begin:end]) for begin, end in zip(starts, [*starts[1:], len(lines)], strict=True)]
+    blocks = ["".join(lines[first:starts[0]])] + retry_blocks * 3  # one block per retry, ~90 s of them
+    worker = watch.RankWatch("spark-b", 1, ("/var/log/sparkpair/ranks/1/rank.1/stderr",), 0, 0.0,
+                             start=stages.of_runtime("vllm"))
+    head = watch.RankWatch("spark-a", 0, ("/var/log/sparkpair/ranks/1/rank.0/stderr",), 0, 0.0,
+                           start=stages.of_runtime("vllm"))
+    sent = 0
+    now = 0.0
+    for text in blocks:
+        sent += len(text.encode())
+        now += 3.0
+        worker.observe({"/var/log/sparkpair/ranks/1/rank.1/stderr": ranks.OutputChunk(sent, text)}, None, 0, now)
+    assert len(blocks) > 6
+    assert worker.last_progress <= 4 * 3.0  # the first retries are news; the rest repeat them
+    limits = {name: 30.0 for name in watch.DEFAULT_LIMITS}
+    assert watch.stalled([head, worker], limits, now) is not None
+
+
+def test_lines_that_differ_only_in_their_numbers_share_a_shape_and_words_do_not() -> None:
+    retry = "[W1125 22:27:05.481112310 TCPStore.cpp:340] [c10d] TCP client failed to connect - retrying (try=0,"
+    again = "[W1125 22:27:08.912000000 TCPStore.cpp:340] [c10d] TCP client failed to connect - retrying (try=1,"
+    assert watch.line_shape(retry) == watch.line_shape(again)
+    assert watch.line_shape("Loading weights took 3.1 s") != watch.line_shape("Model loading took 3.1 s")
+
+
+def test_a_new_line_is_progress_even_after_many_repeats() -> None:
+    rank = _rank()
+    for second in range(1, 10):
+        rank.observe(_chunk(f"retrying (try={second})\n", 20 * second), None, 0, float(second))
+    assert rank.last_progress == 3.0
+    rank.observe(_chunk("Loading weights:  45%|████▌     | 180/402\n", 300), None, 0, 20.0)
+    assert rank.last_progress == 20.0
