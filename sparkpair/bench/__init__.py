@@ -36,7 +36,7 @@ from sparkpair.engine.state import LaunchState, read_state
 from sparkpair.errors import Interrupted, SparkpairError, UsageError
 from sparkpair.inventory import Inventory, json_data
 from sparkpair.progress import Event, Progress
-from sparkpair.runtimes import runtime_of
+from sparkpair.runtimes import Metrics, runtime_of
 from sparkpair.transport import Pair
 
 RELAUNCH_TIMEOUT_S = 1800.0
@@ -147,6 +147,12 @@ def _measure_level(endpoint: Endpoint, prompts: PromptSet, config: EngineConfig,
     return stats, [t.error for t in timings if not t.ok]
 
 
+def no_draft_statistics(metrics: Metrics) -> str:
+    """The warning when a configuration with a draft measured no acceptance: where bench looked, what the engine
+    needs before it publishes draft statistics."""
+    return f"the server reported no draft statistics on {metrics.path}; acceptance needs {metrics.needs}"
+
+
 def _measure_config(endpoint: Endpoint, prompts: PromptSet, config: EngineConfig,
                     options: BenchOptions, progress: Progress) -> tuple[list[benchrecord.Row], list[str]]:
     rows, errors = [], []
@@ -156,8 +162,8 @@ def _measure_config(endpoint: Endpoint, prompts: PromptSet, config: EngineConfig
         errors += failed
         progress(Event("", benchrecord.level_line(rows[-1])))
         if config.max_draft_len is not None and stats.acceptance is None and stats.errors < stats.requests:
-            progress(Event("", "the server reported no draft statistics on /metrics; acceptance needs "
-                               "enable_iter_perf_stats: true in the profile's llm_api", "warning"))
+            progress(Event("", no_draft_statistics(runtime_of(config.inventory.profile(config.profile)).metrics),
+                           "warning"))
     return rows, errors
 
 

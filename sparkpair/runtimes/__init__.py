@@ -39,6 +39,7 @@ class Metrics:
     drafted: str
     accepted: str
     drafts: str = ""
+    needs: str = ""   # what the engine needs before it publishes draft statistics (bench's warning names it)
 
 
 @dataclass(frozen=True)

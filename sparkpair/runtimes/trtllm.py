@@ -32,7 +32,8 @@ class TensorRtLlm:
     # server), not the shells and MPI daemons around it.
     process_pattern = r"trtllm-serve|trtllm-llmapi-launch|tensorrt_llm|mpi4py"
     metrics = Metrics("/prometheus/metrics", "trtllm_request_success_total",
-                      "trtllm_spec_decode_num_draft_tokens_total", "trtllm_spec_decode_num_accepted_tokens_total")
+                      "trtllm_spec_decode_num_draft_tokens_total", "trtllm_spec_decode_num_accepted_tokens_total",
+                      needs="enable_iter_perf_stats: true in the profile's llm_api")
     # limit_s: executor as long as warm-up: TensorRT-LLM allocates a first KV cache (the executor stage's line)
     # before it autotunes and captures CUDA graphs, so a real log shows the executor stage through them. The
     # weights are loaded when it prints `Model init total -- 49.14s`; without NCCL_DEBUG nothing is printed

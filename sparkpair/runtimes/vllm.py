@@ -60,7 +60,9 @@ class Vllm:
     # names them VLLM::EngineCore, VLLM::Worker_TP1, ...), and Ray's workers in Ray mode.
     process_pattern = r"vllm serve|VLLM::|ray::RayWorkerWrapper"
     metrics = Metrics("/metrics", "vllm:request_success_total", "vllm:spec_decode_num_draft_tokens_total",
-                      "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total")
+                      "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total",
+                      needs="a speculative_config that vLLM accepted: `sparkpair status` shows the draft, "
+                            "`sparkpair logs` its 'Loading drafter model' line")
     # The start as vLLM 0.32 prints it (tests/fixtures/logs/vllm: real logs of the simulated pair's vLLM). The
     # ranks wait on each other while torch.distributed joins them and while KV cache sizes are agreed.
     stages: tuple[StageSpec, ...] = (

@@ -108,3 +108,17 @@ class NoConnect:
 
     def connect(self) -> None:
         pass
+
+
+@pytest.mark.parametrize(("runtime", "where", "needs"), [
+    ("trtllm", "/prometheus/metrics", "enable_iter_perf_stats: true"),
+    ("vllm", "/metrics", "speculative_config that vLLM accepted"),
+])
+def test_no_draft_statistics_names_the_runtimes_own_metrics_and_what_it_needs(runtime: str, where: str,
+                                                                              needs: str) -> None:
+    from sparkpair.bench import no_draft_statistics
+    from sparkpair.runtimes import runtime_named
+
+    text = no_draft_statistics(runtime_named(runtime).metrics)
+    assert f"on {where};" in text and needs in text
+    assert ("enable_iter_perf_stats" in text) == (runtime == "trtllm")  # no TensorRT-LLM fix for a vLLM server
