@@ -6,6 +6,9 @@ where there is one, the fix. Anything else reaching the CLI is a bug.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
+
 
 def last_line(text: str, fallback: str) -> str:
     """The last non-empty line of a command's output (its stderr, usually), or fallback when there is none."""
@@ -75,3 +78,48 @@ class Interrupted(SparkpairError):
     """Ctrl-C: the command stopped where it was safe to; the message says what each node holds (exit 130)."""
 
     exit_code = 130
+
+
+class PairError(SparkpairError):
+    """An action failed on several nodes: every node's exception kept (`errors`, node -> exception), one
+    line per node. Built by `PairError.of`, as the most specific class every node's error shares, so a
+    caller that catches ConnectError (or Interrupted) still catches two unreachable nodes, with that
+    class's exit code."""
+
+    def __init__(self, errors: Mapping[str, SparkpairError]) -> None:
+        self.errors: dict[str, SparkpairError] = dict(errors)
+        self._lines = [_node_line(name, error) for name, error in errors.items()]
+        SparkpairError.__init__(self, "; ".join(self._lines))  # not the shared class's own __init__
+
+    def lines(self) -> list[str]:
+        """One line per failed node, each starting with the node's name."""
+        return list(self._lines)
+
+    @staticmethod
+    def of(errors: Mapping[str, BaseException]) -> BaseException:
+        """The one exception to raise for errors (node -> exception, at least one): a lone node's own
+        exception unchanged; a bug (not a SparkpairError) as itself; else a PairError of the errors'
+        most specific shared class."""
+        failures = list(errors.values())
+        bug = next((error for error in failures if not isinstance(error, SparkpairError)), None)
+        if len(failures) == 1 or bug is not None:
+            return bug or failures[0]
+        shared = next(kind for kind in type(failures[0]).__mro__
+                      if all(isinstance(error, kind) for error in failures))
+        return _pair_error_class(shared)({name: error for name, error in errors.items()
+                                          if isinstance(error, SparkpairError)})
+
+
+def _node_line(name: str, error: SparkpairError) -> str:
+    """error's lines as one line starting with `name: ` (the node named once)."""
+    return f"{name}: " + " ".join(error.lines()).removeprefix(f"{name}: ")
+
+
+@functools.cache
+def _pair_error_class(shared: type) -> type[PairError]:
+    """PairError, also an instance of shared (a SparkpairError subclass) when it is more specific."""
+    if issubclass(shared, PairError):
+        return shared
+    if shared is SparkpairError or not issubclass(shared, SparkpairError):
+        return PairError
+    return type(f"Pair{shared.__name__}", (PairError, shared), {"__doc__": PairError.__doc__})

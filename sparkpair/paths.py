@@ -19,6 +19,8 @@ USER_FIRST_TOUCH = f"{STATE_DIR}/first-touch"      # user files as they were bef
 LAUNCH_STATE = f"{STATE_DIR}/state/launch.json"    # the launch's typed state, on the head
 FAILED_LAUNCH_LOGS = f"{STATE_DIR}/logs/failed-launch"  # the ranks' output of the last failed launch, kept on
                                                    # the head when its containers are removed (sparkpair bundle)
+DRAFT_STATE_DIR = f"{STATE_DIR}/state/drafts"      # train-draft's record per trained draft, on the head
+DRAFT_WORK_DIR = f"{STATE_DIR}/drafts"             # train-draft's data, training output and staging, on the head
 LOCK = f"{STATE_DIR}/lock"                         # one changing sparkpair run per pair, on the head
 DOCTOR_DIR = f"{STATE_DIR}/doctor"                 # doctor --deep's private copy of the config
 VERIFIED_BLOBS = f"{STATE_DIR}/state/verified-blobs.json"  # blobs whose content was verified: path -> stat

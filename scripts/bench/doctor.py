@@ -28,7 +28,7 @@ from pathlib import Path
 
 from floor import floor, ssh_argv, timed  # scripts/bench/floor.py, beside this script
 
-from sparkpair.checks.collect import node_probes
+from sparkpair.engine.collect import node_probes
 from sparkpair.inventory import Inventory, read_inventory
 from sparkpair.inventory.profiles import Profile
 from sparkpair.probes.host import CLOCK

@@ -82,7 +82,7 @@ def main() -> int:
     mark = phase("python start to main", START)
     from sparkpair.inventory import read_inventory
     mark = phase("import inventory", mark)
-    from sparkpair.checks import collect
+    from sparkpair.engine import collect
     from sparkpair.transport import Pair, SshTarget
     mark = phase("import checks+transport", mark)
     inventory = read_inventory(args.inventory)
@@ -95,7 +95,7 @@ def main() -> int:
     profile = inventory.profile(args.profile)
     lines = pair.each(lambda c: timeline(c, collect.node_probes(inventory, inventory.node(c.name), profile)))
     phase("timed probe batch (both)", mark)
-    for name, rows in lines.raise_first().values.items():
+    for name, rows in lines.raise_failures().values.items():
         print(f"\n{name}: probe timeline on the node (ms from batch start)")
         for label, begin, end in rows:
             print(f"  {begin:7.1f} {end:7.1f} {end - begin:7.1f}  {label[:70]}")

@@ -1,10 +1,10 @@
 """Plan, then apply: changes as data with unified diffs, one executor, a journal per node.
 
-Holds the `Change` and its actions (what `--dry-run` shows), `apply_changes` (the one executor
-that writes to nodes for setup-network and launch) and the journal that lets a failed or
-interrupted apply be reported exactly and undone, and `firsttouch` (each file as it was before
-sparkpair first changed it, for setup-network --restore). May import `sparkpair.transport`,
-`sparkpair.errors` and `sparkpair.paths`.
+Holds `executor`: the `Change` and its actions (what `--dry-run` shows), `apply_changes` (the one executor that
+writes to nodes for setup-network and launch) and the journal that lets a failed or interrupted
+apply be reported exactly and undone, and `firsttouch` (each file as it was before sparkpair first
+changed it, for setup-network --restore). May import: only the layers below its own in
+pyproject.toml's `[tool.importlinter]` (`transport`, `errors`, `paths`, `progress`).
 """
 
 from sparkpair.apply import firsttouch

@@ -21,7 +21,7 @@ from sparkpair import paths
 from sparkpair.apply import firsttouch
 from sparkpair.errors import RemoteCommandError, SparkpairError
 from sparkpair.progress import Event, Progress, silent
-from sparkpair.transport import NodeConnection, Pair, Shell
+from sparkpair.transport import Node, Pair, Shell
 
 JOURNAL_DIR = paths.JOURNAL_DIR.removeprefix("~/")
 STAMP = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]{0,63}")  # a run stamp: one safe name (run_stamp: 20250101-000000)
@@ -120,11 +120,11 @@ class NodeOutcome:
         return self.failed is None and not self.not_started and not self.interrupted
 
 
-def journal_path(connection: NodeConnection, command: str) -> str:
+def journal_path(connection: Node, command: str) -> str:
     return f"{connection.home}/{JOURNAL_DIR}/{command}.json"
 
 
-def read_journal(connection: NodeConnection, command: str) -> Journal | None:
+def read_journal(connection: Node, command: str) -> Journal | None:
     """The node's journal of command, checked whole before anything acts on it; None when there is none.
 
     A journal cut short, corrupt or only partly there (not UTF-8 JSON, a field missing or of the wrong
@@ -139,7 +139,7 @@ def read_journal(connection: NodeConnection, command: str) -> Journal | None:
         raise unreadable_journal(connection, command, str(problem)) from None
 
 
-def unreadable_journal(connection: NodeConnection, command: str, problem: str) -> SparkpairError:
+def unreadable_journal(connection: Node, command: str, problem: str) -> SparkpairError:
     """The one-line error for a journal that cannot be used: the node, the file, what is wrong, the fix."""
     path = journal_path(connection, command)
     return SparkpairError(
@@ -195,12 +195,12 @@ def _entry_problem(entry: object, stamp: str, home: str) -> str:
     return ""
 
 
-def _save_journal(connection: NodeConnection, journal: Journal) -> None:
+def _save_journal(connection: Node, journal: Journal) -> None:
     """Write the journal (its directory exists: `_journal_for` made it)."""
     connection.put(journal.to_json(), journal_path(connection, journal.command), mode=0o600)
 
 
-def _expand(connection: NodeConnection, path: str) -> str:
+def _expand(connection: Node, path: str) -> str:
     return connection.home + path[1:] if path.startswith("~/") else path
 
 
@@ -210,7 +210,7 @@ def backup_path(home: str, stamp: str, path: str, sudo: bool) -> str:
     return f"{store}/{path.strip('/').replace('/', '%')}"
 
 
-def _backup(connection: NodeConnection, journal: Journal, path: str, sudo: bool, first_touch: bool) -> None:
+def _backup(connection: Node, journal: Journal, path: str, sudo: bool, first_touch: bool) -> None:
     """Copy path aside (if it exists) and journal where to find it; with first_touch, also record it
     as it was before sparkpair first changed it (once)."""
     backup = backup_path(connection.home, journal.stamp, path, sudo)
@@ -225,7 +225,7 @@ def _backup(connection: NodeConnection, journal: Journal, path: str, sudo: bool,
     _save_journal(connection, journal)
 
 
-def _run_action(connection: NodeConnection, journal: Journal, action: Action, first_touch: bool = False) -> None:
+def _run_action(connection: Node, journal: Journal, action: Action, first_touch: bool = False) -> None:
     if isinstance(action, WriteFile):
         path = _expand(connection, action.path)
         _backup(connection, journal, path, action.sudo, first_touch)
@@ -241,7 +241,7 @@ def _run_action(connection: NodeConnection, journal: Journal, action: Action, fi
             connection.check(action.command, sudo=action.sudo)
             return
         result = connection.run(action.command, sudo=action.sudo, timeout=action.timeout)
-        if result.exit_code == 124 and result.stderr.startswith("timed out after"):
+        if result.timed_out:
             raise ActionTimedOut(f"`{result.command}` gave no answer within {action.timeout:g} s",
                                  node=connection.name)
         if not result.ok:
@@ -253,7 +253,7 @@ def run_stamp() -> str:
     return time.strftime("%Y%m%d-%H%M%S")
 
 
-def _journal_for(connection: NodeConnection, command: str, stamp: str) -> Journal:
+def _journal_for(connection: Node, command: str, stamp: str) -> Journal:
     existing = read_journal(connection, command)
     if existing is not None and existing.stamp == stamp:
         existing.finished = False
@@ -277,7 +277,7 @@ def apply_changes(pair: Pair, changes: Sequence[Change], command: str, *, stamp:
     cancel = threading.Event()
     outcomes = {name: NodeOutcome(not_started=[c.summary for c in changes if c.node == name]) for name in pair.nodes}
 
-    def apply_on(connection: NodeConnection) -> None:
+    def apply_on(connection: Node) -> None:
         outcome = outcomes[connection.name]
         mine = [change for change in changes if change.node == connection.name]
         if not mine:
@@ -313,7 +313,7 @@ def apply_changes(pair: Pair, changes: Sequence[Change], command: str, *, stamp:
     return outcomes
 
 
-def restore(connection: NodeConnection, journal: Journal) -> list[str]:
+def restore(connection: Node, journal: Journal) -> list[str]:
     """Undo a journal on its node, newest first; returns what was done."""
     done = []
     for entry in reversed(journal.entries):
@@ -328,7 +328,7 @@ def restore(connection: NodeConnection, journal: Journal) -> list[str]:
     return done
 
 
-def mark_restored(connection: NodeConnection, command: str) -> None:
+def mark_restored(connection: Node, command: str) -> None:
     """Set a command's journal aside as undone (`*.json.restored`), so that it is not undone twice."""
     path = journal_path(connection, command)
     connection.check(Shell("if [ -e {} ]; then mv -f {} {}.restored; fi", path, path, path))

@@ -17,13 +17,13 @@ from urllib.parse import quote, unquote
 
 from sparkpair import paths
 from sparkpair.errors import SparkpairError
-from sparkpair.transport import NodeConnection, Shell
+from sparkpair.transport import Node, Shell
 
 ABSENT = ".absent"
 TWINS = "twins.json"
 
 
-def store(connection: NodeConnection, sudo: bool) -> str:
+def store(connection: Node, sudo: bool) -> str:
     """Where a node's records of user (sudo False) or system files live."""
     return paths.SYSTEM_FIRST_TOUCH if sudo else paths.under_home(paths.USER_FIRST_TOUCH, connection.home)
 
@@ -38,7 +38,7 @@ def record_name(path: str) -> str:
     return quote(path, safe="")
 
 
-def record_command(connection: NodeConnection, path: str, sudo: bool) -> Shell:
+def record_command(connection: Node, path: str, sudo: bool) -> Shell:
     """Record path (absolute) unless it is recorded already; atomic (a copy is renamed into place)."""
     base = f"{store(connection, sudo)}/{record_name(path)}"
     return Shell("if [ ! -e {} ] && [ ! -e {} ]; then mkdir -p -m 700 {} && if [ -e {} ] || [ -L {} ]; then "
@@ -55,11 +55,11 @@ class Record:
     existed: bool
     sudo: bool
 
-    def copy(self, connection: NodeConnection) -> str:
+    def copy(self, connection: Node) -> str:
         return f"{store(connection, self.sudo)}/{record_name(self.path)}"
 
 
-def records(connection: NodeConnection) -> list[Record]:
+def records(connection: Node) -> list[Record]:
     """Every path recorded on a node (user files first); empty when sparkpair never changed one."""
     found = []
     for sudo in (False, True):
@@ -79,12 +79,12 @@ def records(connection: NodeConnection) -> list[Record]:
     return found
 
 
-def twins_path(connection: NodeConnection) -> str:
+def twins_path(connection: Node) -> str:
     """Where the QSFP twins' state before sparkpair first changed them is kept."""
     return f"{store(connection, False)}/{TWINS}"
 
 
-def twins(connection: NodeConnection) -> str | None:
+def twins(connection: Node) -> str | None:
     """The QSFP twins' state recorded before sparkpair first changed them (JSON text, unchecked), or None;
     a SparkpairError naming the file when it is not UTF-8."""
     raw = connection.read(twins_path(connection))
@@ -96,7 +96,7 @@ def twins(connection: NodeConnection) -> str | None:
         raise unreadable_twins(connection, "it is not UTF-8 text") from None
 
 
-def unreadable_twins(connection: NodeConnection, problem: str) -> SparkpairError:
+def unreadable_twins(connection: Node, problem: str) -> SparkpairError:
     """The one-line error for a twins record that cannot be used: the node, the file, what is wrong, the fix."""
     path = twins_path(connection)
     return SparkpairError(f"the record of the twins before sparkpair first changed them, {path}, cannot be read "
@@ -105,14 +105,14 @@ def unreadable_twins(connection: NodeConnection, problem: str) -> SparkpairError
                                "the twins stay as they are")
 
 
-def record_twins(connection: NodeConnection, snapshot: str) -> None:
+def record_twins(connection: Node, snapshot: str) -> None:
     """Keep snapshot as the twins' first-touch state, unless one is kept already."""
     target = twins_path(connection)
     connection.check(Shell("[ -e {} ] || { mkdir -p -m 700 {} && printf '%s' {} > {} && mv -f {} {}; }",
                            target, store(connection, False), snapshot, target + ".new", target + ".new", target))
 
 
-def put_back(connection: NodeConnection, record: Record) -> str | None:
+def put_back(connection: Node, record: Record) -> str | None:
     """Return record's path to its recorded state; what was done, or None when it already was so."""
     path, copy = record.path, record.copy(connection)
     if record.existed:
@@ -126,7 +126,7 @@ def put_back(connection: NodeConnection, record: Record) -> str | None:
     return f"removed {path}" if out.strip() == "done" else None
 
 
-def clear(connection: NodeConnection) -> None:
+def clear(connection: Node) -> None:
     """Drop a node's snapshot (after a restore: the next apply takes a new one)."""
     connection.check(Shell("rm -rf {}", store(connection, False)))
     connection.check(Shell("rm -rf {}", store(connection, True)), sudo=True)

@@ -5,6 +5,11 @@ Check the server serves the profile -> for each engine configuration (as launche
 requests, then measured streaming requests while the engine's iteration stats are collected ->
 relaunch the profile as the operator had it -> results.json, results.csv, plots, summary.md and
 a table. docs/bench.md explains every figure.
+
+Holds the flow here (`run_bench`), `client` (timed streaming requests; the engine's counters),
+`stats`, `configs` (the engine configurations compared), `prompts`, `record` (results.json,
+results.csv, summary.md) and `plots`. Never prints: `report` shows its result. May import: only the
+layers below its own in pyproject.toml's `[tool.importlinter]` (`engine` and everything below it).
 """
 
 from __future__ import annotations

@@ -5,11 +5,13 @@ both nodes are probed at once. Check functions are pure: facts in, findings out,
 only judges: setup-network verifies the link by running the same link checks over the facts it
 gathered. An unreachable node turns into FAIL rows for that node while the other is still checked.
 
-Holds the findings model here; `catalog` (order, launch-critical ids), `collect` (facts from both
-nodes), `node`, `links`, `roce`, `engine` (the checks), `deep`, `mpijobs` and `nccltests` (doctor --deep),
-`doctor`.
-May import inventory, render, probes, transport, errors, paths, and engine.containers (the deep
-jobs start short-lived engine containers).
+Holds the findings model here; `catalog` (order, launch-critical ids), `node`, `links`, `roce`,
+`engine` (the checks and the probes each judges), `deep` (the verdicts on doctor --deep's MPI jobs),
+`nccltests` (the pure parser of an all_gather_perf run that deep.nccl judges) and `playbook` (drift
+from NVIDIA's playbooks, judged from the inventory alone). Judges only: what
+gathers the facts and runs the jobs (`engine.collect`, `engine.doctor`, `engine.mpijobs`) sits beside
+the flows that run it. May import: only the layers below its own in pyproject.toml's `[tool.importlinter]`
+(probes, runtimes, render, inventory, transport for types, the leaf modules).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class Status(str, enum.Enum):
     WARN = "WARN"
     FAIL = "FAIL"
     SKIP = "SKIP"
+    INFO = "INFO"   # a recorded, explained departure (playbook drift): nothing to fix
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,10 @@ def fail(check: str, node: str, detail: str, fix: str = "", fixed_by: str = "") 
 
 def skip(check: str, node: str, detail: str) -> Finding:
     return Finding(check, node, Status.SKIP, detail)
+
+
+def info(check: str, node: str, detail: str) -> Finding:
+    return Finding(check, node, Status.INFO, detail)
 
 
 @dataclass

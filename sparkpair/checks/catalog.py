@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkpair.checks import CheckFunction, engine, links, node, roce, selected
+from sparkpair.checks import CheckFunction, engine, links, node, playbook, roce, selected
 
 CHECKS: list[tuple[str, CheckFunction]] = [
     ("inventory", node.check_inventory),
@@ -20,6 +20,10 @@ CHECKS: list[tuple[str, CheckFunction]] = [
     ("memory", node.check_memory),
     ("clock", node.check_clock),
 ]
+
+# Judged from the inventory and the profile alone, after CHECKS, and never launch-critical: where the pair
+# departs from NVIDIA's playbooks (INFO with the recorded reason, WARN without one).
+DRIFT_CHECKS: list[tuple[str, CheckFunction]] = [("playbook", playbook.check_playbook)]
 
 # A FAIL in any of these stops `sparkpair launch` before it touches a node. Left out: findings
 # launch itself resolves (missing or unsynced models, a stale container of its own).

@@ -1,6 +1,6 @@
 """doctor --deep, the checks: what the MPI jobs across both nodes showed, judged.
 
-The jobs themselves (where they run and how) are in `mpijobs`; they come back as a `DeepRun`,
+The jobs themselves (where they run and how) are in `engine.mpijobs`; they come back as a `DeepRun`,
 and these checks are pure functions of it and the facts, like every other doctor check.
 """
 

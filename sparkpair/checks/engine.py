@@ -9,7 +9,7 @@ from sparkpair import paths
 from sparkpair.checks import Facts, Finding, fail, ok, per_node, reachable_nodes, skip, unreachable_skips, warn
 from sparkpair.inventory import Inventory
 from sparkpair.inventory.profiles import Profile
-from sparkpair.probes import NodeFacts, Probe, ProbeFailure, docker, host, models
+from sparkpair.probes import NodeFacts, Probe, ProbeFailure, docker, drafts, host, models
 from sparkpair.runtimes import runtime_of
 
 GIB = 1024 ** 3
@@ -37,7 +37,8 @@ def engine_probes(inventory: Inventory, profile: Profile, verify_budget: float =
             docker.container(inventory.container.name), models.cache_access(cache), host.free_bytes(cache),
             TOKEN_ON_NODE, *(models.manifest(cache, repo) for repo in repos),
             models.content(cache, tuple(repos), verify_budget), hub_probe(inventory, repos[0]),
-            *([docker.image_commands(inventory.container.image, needs)] if needs else [])]
+            *([docker.image_commands(inventory.container.image, needs)] if needs else []),
+            *([drafts.training_record(cache, profile.draft)] if profile.draft else [])]
 
 
 def check_docker(facts: Facts) -> Iterable[Finding]:
@@ -178,8 +179,31 @@ def check_models(facts: Facts) -> Iterable[Finding]:
         yield from _cache_findings(name, node_facts, cache, missing_bytes)
     yield from _model_match(facts, nodes)
     yield from _content(facts, nodes)
+    yield from _trained_draft(facts, nodes)
     yield _token(facts, missing_anywhere)
     yield _hub(facts, nodes, missing_anywhere)
+
+
+def _trained_draft(facts: Facts, nodes: list[str]) -> Iterable[Finding]:
+    """models.draft-record: a draft `sparkpair train-draft` made says what it was trained from; WARN when that
+    is not the profile's target at the revision the node holds (nothing for drafts without a record)."""
+    profile, cache = facts.profile, facts.inventory.container.hf_cache
+    if profile.draft is None:
+        return
+    for name, node_facts in reachable_nodes(facts):
+        record = node_facts.get(drafts.training_record(cache, profile.draft))
+        if name not in nodes or record is None or isinstance(record, ProbeFailure):
+            continue
+        target = node_facts.get(models.manifest(cache, profile.target))
+        revision = "" if isinstance(target, ProbeFailure) or target is None else str(target.revision or "")
+        trained = f"{record.base_model} @ {record.base_revision[:12] or '?'}"
+        if record.base_model != profile.target or (revision and record.base_revision != revision):
+            yield warn("models.draft-record", name, f"{profile.draft} was trained for {trained}, but the target here "
+                       f"is {profile.target} @ {revision[:12] or '?'}: its acceptance may be far lower",
+                       f"sparkpair train-draft {profile.name} --name {profile.draft} (trains it again for this target)")
+        else:
+            yield ok("models.draft-record", name, f"{profile.draft}: trained by sparkpair train-draft for {trained}, "
+                     f"{record.steps} steps, ModelOpt {record.modelopt_version or '?'}, data {record.data_sha256[:12]}")
 
 
 def _cache_findings(name: str, node_facts: NodeFacts, cache: str, missing_bytes: float) -> Iterable[Finding]:

@@ -7,13 +7,14 @@ and so does setup-network's verification, which runs these same checks over what
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sparkpair.checks import SETUP_NETWORK, Facts, Finding, fail, ok, reachable_nodes, skip, unreachable_skips, warn
 from sparkpair.checks.roce import roce_probes
 from sparkpair.errors import last_line
 from sparkpair.inventory import Inventory, Node
+from sparkpair.inventory.topology import same_half
 from sparkpair.probes import NodeFacts, Probe, ProbeFailure, net, rdma
 from sparkpair.probes.net import PingResult
 from sparkpair.transport import Shell
@@ -31,29 +32,62 @@ def setup(what: str) -> str:
     return f"{SETUP} ({what})"
 
 
+@dataclass(frozen=True)
+class LinkEnd:
+    """One expected link seen from one of its nodes: its own port, the node at the other end, that node's
+    port and its address there."""
+
+    port: str
+    peer: Node
+    peer_port: str
+    address: str
+
+
+def link_ends(inventory: Inventory, node: Node) -> list[LinkEnd]:
+    """node's expected links (`Inventory.links`), in the order of node's interfaces (a pair: one per twin, to the
+    peer's twin of the same name; a ring or a switch: to every interface of another node in the twin's subnet)."""
+    ends = []
+    for link in inventory.links():
+        if node.name in (link.node_a, link.node_b):
+            port, peer_name, peer_port = link.far_end(node.name)
+            peer = inventory.node(peer_name)
+            ends.append(LinkEnd(port, peer, peer_port, str(peer.links[peer_port].ip)))
+    order = list(node.links)
+    return sorted(ends, key=lambda end: order.index(end.port))
+
+
 def peer_address(inventory: Inventory, node: Node, twin: str) -> str:
-    """The peer's address on its twin of the same name: where node's twin should reach."""
-    return str(inventory.peer_of(node).links[twin].ip)
+    """The address node's twin should reach first: a pair's peer's twin of the same name."""
+    return next(end.address for end in link_ends(inventory, node) if end.port == twin)
 
 
-def ping_probe(inventory: Inventory, node: Node, twin: str, full_mtu: bool = False) -> Probe[PingResult]:
-    """A ping from node's twin to the peer's twin; with full_mtu, one of MTU size with don't-fragment."""
-    return net.ping(twin, peer_address(inventory, node, twin), inventory.cluster.mtu - 28 if full_mtu else None)
+def ping_probe(inventory: Inventory, node: Node, twin: str, full_mtu: bool = False,
+               address: str | None = None) -> Probe[PingResult]:
+    """A ping from node's twin to address (default: `peer_address`); with full_mtu, one of MTU size with
+    don't-fragment."""
+    target = address or peer_address(inventory, node, twin)
+    return net.ping(twin, target, inventory.cluster.mtu - 28 if full_mtu else None)
 
 
 def crossing_probe(inventory: Inventory, node: Node) -> Probe[dict[tuple[str, str], str]]:
-    """Which peer MAC answers behind each of node's twins."""
-    return net.crossing({twin: peer_address(inventory, node, twin) for twin in node.links})
+    """Which MAC answers behind each of node's twins for the first address it should reach."""
+    first: dict[str, str] = {}
+    for end in link_ends(inventory, node):
+        first.setdefault(end.port, end.address)
+    return net.crossing(first)
 
 
-def peer_addresses(inventory: Inventory, node: Node) -> list[str]:
-    """The peer's QSFP addresses, in inventory order: the first is the one node logs in over."""
-    return [str(address.ip) for address in inventory.peer_of(node).links.values()]
+def peer_addresses(inventory: Inventory, node: Node, peer: Node | None = None) -> list[str]:
+    """peer's QSFP addresses that node has a link to (default peer: a pair's other node), in peer's inventory
+    order: the first is the one node logs in over."""
+    peer = peer or inventory.peer_of(node)
+    linked = {end.peer_port for end in link_ends(inventory, node) if end.peer.name == peer.name}
+    return [str(address.ip) for port, address in peer.links.items() if port in linked]
 
 
 def trust_probes(inventory: Inventory, node: Node) -> list[Probe[Any]]:
-    """One `ssh -o BatchMode=yes` from node to its peer's first QSFP address, and the host keys node pins for
-    every peer address.
+    """For each neighbour (a pair: the peer), one `ssh -o BatchMode=yes` from node to its first QSFP address,
+    and the host keys node pins for every address of it.
 
     One login per peer, not per address: each login costs both nodes an SSH handshake, a PAM session and a
     shell (about 0.15 s of CPU, the dearest probe of doctor's round). The login proves the node's key is
@@ -62,22 +96,29 @@ def trust_probes(inventory: Inventory, node: Node) -> list[Probe[Any]]:
     both (path.ping and links.crossed prove the address reaches that peer). What this cannot see: an sshd
     or a firewall that refuses port 22 on the second address only; the launch's MPI start would.
     """
-    addresses = peer_addresses(inventory, node)
-    twin, own = next(iter(node.links.items()))
-    login = net.ssh_batch(addresses[0])
-    # Tried only when node's own twin holds its address: else no route can reach the peer and ssh would wait
-    # out its ConnectTimeout (5 s) on every doctor of a pair not set up yet. Same probe, so the judge finds it.
-    guarded = replace(login, command=Shell.compose([
-        net.holds_address(twin, str(own)),
-        Shell(" || { echo {} >&2; exit 255; }; ", f"not tried: {twin} does not hold {own} yet (links.address)"),
-        login.command], ""))
-    return [guarded, *(net.known_host(address) for address in addresses)]
+    probes: list[Probe[Any]] = []
+    ends = link_ends(inventory, node)
+    for peer in inventory.neighbours(node):
+        addresses = peer_addresses(inventory, node, peer)
+        twin = next(end.port for end in ends if end.peer.name == peer.name)
+        own = node.links[twin]
+        login = net.ssh_batch(addresses[0])
+        # Tried only when node's own twin holds its address: else no route can reach the peer and ssh would wait
+        # out its ConnectTimeout (5 s) on every doctor of a pair not set up yet. Same probe, so the judge finds it.
+        guarded = replace(login, command=Shell.compose([
+            net.holds_address(twin, str(own)),
+            Shell(" || { echo {} >&2; exit 255; }; ", f"not tried: {twin} does not hold {own} yet (links.address)"),
+            login.command], ""))
+        probes += [guarded, *(net.known_host(address) for address in addresses)]
+    return probes
 
 
 def link_probes(inventory: Inventory, node: Node, verify_only: bool = False) -> list[Probe[Any]]:
     """Everything the link checks judge on node; with verify_only, what the VERIFIED checks need."""
-    probes: list[Probe[Any]] = [net.INTERFACES, crossing_probe(inventory, node)]
-    probes += [ping_probe(inventory, node, twin, full) for twin in node.links for full in (False, True)]
+    probes: list[Probe[Any]] = [net.INTERFACES]
+    probes += [crossing_probe(inventory, node)] if inventory.topology != "switch" else []
+    probes += [ping_probe(inventory, node, end.port, full, end.address) for end in link_ends(inventory, node)
+               for full in (False, True)]
     if not verify_only:
         probes += [net.NETPLAN_FILES, *roce_probes(), *(net.ethtool(twin) for twin in node.links)]
     return probes
@@ -173,60 +214,106 @@ def check_pair_links(facts: Facts) -> Iterable[Finding]:
                 yield (ok("links.rdma", name, f"{link.device} port {link.port} ==> {twin} (Up)") if link.up else
                        fail("links.rdma", name, f"{link.device} port {link.port} ==> {twin} (Down)",
                             f"check the cable of {twin} on {name}"))
+    whole = "pair" if facts.inventory.topology == "pair" else "cluster"
     if len(facts.reachable()) < 2:
-        yield skip("links.mtu-match", "pair", "needs both nodes")
-        yield skip("links.crossed", "pair", "needs both nodes")
+        yield skip("links.mtu-match", whole, "needs both nodes" if whole == "pair" else "needs two nodes")
+        yield skip("links.crossed", whole, "needs both nodes" if whole == "pair" else "needs two nodes")
         return
-    yield from _mtu_match(facts)
+    yield from _mtu_match(facts, whole)
     yield from _crossing(facts)
 
 
-def _mtu_match(facts: Facts) -> Iterable[Finding]:
-    head, worker = facts.inventory.nodes
-    for twin in head.links:
-        a, b = _interfaces(facts, head.name).get(twin), _interfaces(facts, worker.name).get(twin)
+def _mtu_match(facts: Facts, whole: str) -> Iterable[Finding]:
+    """Both ends of every expected link at one MTU."""
+    mtu = facts.inventory.cluster.mtu
+    for link in facts.inventory.links():
+        a, b = _interfaces(facts, link.node_a).get(link.port_a), _interfaces(facts, link.node_b).get(link.port_b)
+        pair = whole == "pair"
+        what = link.port_a if pair else f"{link.node_a} {link.port_a} - {link.node_b} {link.port_b}"
         if a is None or b is None:
-            yield skip("links.mtu-match", "pair", f"{twin} missing on a node")
+            yield skip("links.mtu-match", whole, f"{what} missing on a node")
         elif a.mtu == b.mtu:
-            yield ok("links.mtu-match", "pair", f"{twin} mtu {a.mtu} on both")
+            yield ok("links.mtu-match", whole, f"{what} mtu {a.mtu} on both")
         else:
-            mtu = facts.inventory.cluster.mtu
-            off = " and ".join(n for n, i in ((head.name, a), (worker.name, b)) if i.mtu != mtu) or "both nodes"
-            yield fail("links.mtu-match", "pair", f"{twin} mtu {a.mtu} on {head.name}, {b.mtu} on {worker.name}",
-                       setup(f"sets {twin} of {off} to mtu {mtu}"), SETUP_NETWORK)
+            ends = ((link.node_a, link.port_a, a), (link.node_b, link.port_b, b))
+            if pair:
+                off = " and ".join(n for n, _, i in ends if i.mtu != mtu) or "both nodes"
+                change = f"sets {link.port_a} of {off} to mtu {mtu}"
+            else:
+                off = " and ".join(f"{p} of {n}" for n, p, i in ends if i.mtu != mtu)
+                change = f"sets {off or ' and '.join(f'{p} of {n}' for n, p, _ in ends)} to mtu {mtu}"
+            yield fail("links.mtu-match", whole, f"{what} mtu {a.mtu} on {link.node_a}, {b.mtu} on {link.node_b}",
+                       setup(change), SETUP_NETWORK)
+
+
+def _answers(facts: Facts, name: str) -> dict[tuple[str, str], str]:
+    """(interface, address) -> the MAC that answered for it on node name, from every crossing probe it ran."""
+    found: dict[tuple[str, str], str] = {}
+    for probe, value in facts.nodes.get(name, NodeFacts()).items():
+        if probe.kind == "crossing" and isinstance(value, dict):
+            found.update(value)
+    return found
 
 
 def _crossing(facts: Facts) -> Iterable[Finding]:
-    """Each twin's neighbour answering for the peer twin's address must be that same twin."""
-    for node in facts.inventory.nodes:
-        peer = facts.inventory.peer_of(node)
-        neighbors = facts.fact(node.name, crossing_probe(facts.inventory, node))
-        peer_macs = {i.mac: n for n, i in _interfaces(facts, peer.name).items()}
-        for twin in node.links:
-            mac = neighbors.get((twin, str(peer.links[twin].ip))) if isinstance(neighbors, dict) else None
-            if mac is None:
-                yield skip("links.crossed", node.name, f"{twin}: no answer from {peer.name} (see path.ping)")
-            elif peer_macs.get(mac) == twin:
-                yield ok("links.crossed", node.name, f"{twin} is cabled to {peer.name}'s {twin}")
+    """Each twin's neighbour answering for the address it should reach must be the interface the inventory
+    pairs it with (a pair: the peer's twin of the same name; a ring: its neighbour's port). Through a switch
+    there is no cable between nodes to cross."""
+    inventory = facts.inventory
+    if inventory.topology == "switch":
+        return
+    owners = {i.mac: (name, port) for name in facts.reachable() for port, i in _interfaces(facts, name).items()}
+    for node in inventory.nodes:
+        answers = _answers(facts, node.name)
+        ends = link_ends(inventory, node)
+        expected: dict[str, LinkEnd] = {}
+        for end in ends:
+            expected.setdefault(end.port, end)
+        for twin, end in expected.items():
+            mac = answers.get((twin, end.address))
+            owner = owners.get(mac) if mac else None
+            if mac is None or (owner is not None and owner[0] not in (end.peer.name, node.name)):
+                heard = owner or next((owners[m] for (dev, _), m in answers.items() if dev == twin and m in owners
+                                       and owners[m][0] not in (end.peer.name, node.name)), None)
+                yield (_ring_crossed(inventory, node, end, heard[0], ends) if heard else
+                       skip("links.crossed", node.name, f"{twin}: no answer from {end.peer.name} (see path.ping)"))
+            elif owner == (end.peer.name, end.peer_port):
+                yield ok("links.crossed", node.name, f"{twin} is cabled to {end.peer.name}'s {end.peer_port}")
             else:
+                reached = owner[1] if owner and owner[0] == end.peer.name else f"unknown interface {mac}"
                 yield fail("links.crossed", node.name,
-                           f"{twin} reaches {peer.name}'s {peer_macs.get(mac, 'unknown interface ' + mac)}, "
-                           f"not its {twin}: cables crossed between twins",
+                           f"{twin} reaches {end.peer.name}'s {reached}, not its {end.peer_port}: cables crossed "
+                           "between twins",
                            "swap the QSFP cables (or the interface names in nodes[].links) so twin meets twin")
 
 
+def _ring_crossed(inventory: Inventory, node: Node, end: LinkEnd, reached: str, ends: list[LinkEnd]) -> Finding:
+    """links.crossed for a twin whose cable reaches another node than the one its address expects."""
+    index = inventory.nodes.index(node)
+    others = [e.port for e in ends if e.peer.name == reached and e.port != end.port]
+    other = next((port for port in others if same_half(port, end.port)), others[0] if others else None)
+    if other is None:
+        return fail("links.crossed", node.name, f"{end.port} reaches {reached}, expected {end.peer.name}",
+                    f"cable {node.name}'s {end.port} to {end.peer.name}, or change the addresses in "
+                    f"nodes[{index}].links")
+    return fail("links.crossed", node.name, f"{end.port} reaches {reached}, expected {end.peer.name}: the cables on "
+                                            f"{node.name}'s {end.port} and {other} are crossed",
+                f"swap the QSFP cables on {node.name}'s {end.port} and {other}, or swap their addresses in "
+                f"nodes[{index}].links")
+
+
 def check_path(facts: Facts) -> Iterable[Finding]:
-    """Proves each peer twin answers pings, and full-MTU pings pass with don't-fragment set."""
+    """Proves each address every twin should reach answers pings, and full-MTU pings pass with don't-fragment
+    set (a pair: the peer's twin; a ring or a switch: every other node's interface in the twin's subnet)."""
     size = facts.inventory.cluster.mtu - 28
     for check in ("path.ping", "path.mtu"):
         yield from unreachable_skips(facts, check)
     for name, node_facts in reachable_nodes(facts):
         node = facts.inventory.node(name)
-        peer = facts.inventory.peer_of(node)
-        for twin in node.links:
-            target = peer_address(facts.inventory, node, twin)
-            plain = node_facts.get(ping_probe(facts.inventory, node, twin))
-            full = node_facts.get(ping_probe(facts.inventory, node, twin, full_mtu=True))
+        for end in link_ends(facts.inventory, node):
+            twin, target, peer = end.port, end.address, end.peer
+            plain = node_facts.get(ping_probe(facts.inventory, node, twin, address=target))
+            full = node_facts.get(ping_probe(facts.inventory, node, twin, full_mtu=True, address=target))
             if not isinstance(plain, PingResult) or not plain.ok:
                 yield fail("path.ping", name, f"{twin} -> {target}: no reply ({_ping_text(plain)})",
                            f"check the links.* rows of {twin} on {name} and {peer.name}; then {SETUP}")
@@ -242,22 +329,28 @@ def check_path(facts: Facts) -> Iterable[Finding]:
 
 
 def check_trust(facts: Facts) -> Iterable[Finding]:
-    """Proves ssh -o BatchMode=yes works from each node to every QSFP address of the other: a login over the
-    first address, and for each other address host keys pinned that agree with the first's (`trust_probes`)."""
+    """Proves ssh -o BatchMode=yes works from each node to every QSFP address of each neighbour (a full mesh in
+    a ring or through a switch): a login over its first address, and for each other address host keys pinned
+    that agree with the first's (`trust_probes`)."""
     yield from unreachable_skips(facts, "trust.ssh")
     for name, node_facts in reachable_nodes(facts):
         node = facts.inventory.node(name)
-        peer = facts.inventory.peer_of(node)
-        first, *others = peer_addresses(facts.inventory, node)
-        login = node_facts.get(net.ssh_batch(first))
-        if isinstance(login, ProbeFailure) or login is None:
-            last = last_line(login.stderr, str(login)) if isinstance(login, ProbeFailure) else "not probed"
-            yield fail("trust.ssh", name, f"ssh {first}: {last}", _trust_fix(name, peer.name, first, last))
-            continue
-        yield ok("trust.ssh", name, f"ssh {first} -> {login}")
-        proven = node_facts.value(net.known_host(first)) or ()
-        for address in others:
-            yield _pinned_like(name, peer.name, address, first, node_facts.get(net.known_host(address)), proven)
+        for peer in facts.inventory.neighbours(node):
+            yield from _trust_in(name, peer.name, peer_addresses(facts.inventory, node, peer), node_facts)
+
+
+def _trust_in(name: str, peer: str, addresses: list[str], node_facts: NodeFacts) -> Iterable[Finding]:
+    """trust.ssh from node name to one neighbour: the login over its first address, the pins of the others."""
+    first, *others = addresses
+    login = node_facts.get(net.ssh_batch(first))
+    if isinstance(login, ProbeFailure) or login is None:
+        last = last_line(login.stderr, str(login)) if isinstance(login, ProbeFailure) else "not probed"
+        yield fail("trust.ssh", name, f"ssh {first}: {last}", _trust_fix(name, peer, first, last))
+        return
+    yield ok("trust.ssh", name, f"ssh {first} -> {login}")
+    proven = node_facts.value(net.known_host(first)) or ()
+    for address in others:
+        yield _pinned_like(name, peer, address, first, node_facts.get(net.known_host(address)), proven)
 
 
 def _pinned_like(name: str, peer: str, address: str, first: str, pinned: object,

@@ -23,7 +23,8 @@ GIB = 1024 ** 3
 def check_inventory(facts: Facts) -> Iterable[Finding]:
     """Proves the inventory parsed; warns where a node's twins share one subnet."""
     inventory = facts.inventory
-    yield ok("inventory.valid", "pair", f"{inventory.head.name} (head), {inventory.worker.name}; profile {facts.profile.name}")
+    workers = ", ".join(node.name for node in inventory.workers)
+    yield ok("inventory.valid", "pair", f"{inventory.head.name} (head), {workers}; profile {facts.profile.name}")
     yield from inventory_warnings(inventory)
 
 
@@ -32,11 +33,13 @@ def inventory_warnings(inventory: Inventory) -> list[Finding]:
     a node whose twins share one subnet."""
     found = []
     for node in inventory.nodes:
-        networks = [address.network for address in node.links.values()]
-        if len(set(networks)) < len(networks):
+        by_subnet: dict[object, list[str]] = {}
+        for twin, address in node.links.items():
+            by_subnet.setdefault(address.network, []).append(twin)
+        for network, twins in ((n, t) for n, t in by_subnet.items() if len(t) > 1):
             found.append(warn(
                 "inventory.twin-subnets", node.name,
-                f"{', '.join(node.links)} share {networks[0]}: two interfaces in one subnet cause routing "
+                f"{', '.join(twins)} share {network}: two interfaces in one subnet cause routing "
                 "ambiguity (replies leave by the other twin: asymmetric routing, ARP answered by the wrong twin) "
                 "and NCCL failures (NVIDIA multi-sparks guidance)",
                 "give each twin its own subnet in nodes[].links, as NVIDIA's current Connect Two Sparks playbook "

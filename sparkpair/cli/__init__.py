@@ -3,6 +3,11 @@
 Only click is imported at start-up (so `--help` stays fast); each command imports what it needs.
 Every expected failure ends as one-line errors and an exit code: 0 ok, 1 failure, 2 bad input
 or usage, 130 interrupted. Never a traceback: unexpected errors go to a debug log.
+
+Holds `run`/`main` here, `app` (the group, `App`), `options` (shared options), and one module per
+command group: `inventory`, `network`, `doctor`, `engine`, `bench`, `bundle`, `diagnose`, `draft`
+(`train-draft`), `lock` (`diff`). May import: only the layers below its own in pyproject.toml's
+`[tool.importlinter]` (all but `__main__`).
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ from sparkpair.cli import (  # noqa: F401 (each registers its commands)
     bundle,
     diagnose,
     doctor,
+    draft,
     engine,
     inventory,
+    lock,
     network,
 )
 from sparkpair.cli.app import ExitStatus, cli  # noqa: E402

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import enum
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:  # the CLI imports only click at start-up (docs/architecture.md, Performance invariants)
+    from sparkpair.inventory import Inventory
+    from sparkpair.transport import Node, Pair
 
 
 class ExitStatus(enum.IntEnum):
@@ -21,17 +26,18 @@ class App:
     def __init__(self, inventory_path: str, verbose: int) -> None:
         self.inventory_path = inventory_path
         self.verbose = verbose
-        self._inventory: Any = None
+        self._inventory: Inventory | None = None
 
     @property
-    def inventory(self) -> Any:
+    def inventory(self) -> Inventory:
+        """The inventory, read and validated on first use (InventoryError names the field and the fix)."""
         if self._inventory is None:
             from sparkpair.inventory import read_inventory
 
             self._inventory = read_inventory(self.inventory_path)
         return self._inventory
 
-    def locked(self, pair: Any, command: str, dry_run: bool = False) -> Any:
+    def locked(self, pair: Pair, command: str, dry_run: bool = False) -> AbstractContextManager[None]:
         """The pair's lock on the head, for every command that starts containers or writes files on a
         node (no lock for a dry run or a read-only command, which change nothing)."""
         import contextlib
@@ -42,7 +48,7 @@ class App:
         return contextlib.nullcontext() if dry_run else lock.held(pair.head, command, report.warning)
 
     @staticmethod
-    def reachable(connection: Any) -> bool:
+    def reachable(connection: Node) -> bool:
         """Whether a node's SSH connection opens (the reason it does not is for the command to report)."""
         from sparkpair.errors import ConnectError
 
@@ -52,11 +58,12 @@ class App:
             return False
         return True
 
-    def pair(self, **options: Any) -> Any:
+    def pair(self, *, connect_timeout: float = 10.0, accept_new_host_keys: bool = False) -> Pair:
         """Connections to both nodes, already being opened in the background (a node's error comes with the
         first use of its connection); `-vv` traces every remote command."""
         from sparkpair.transport import Pair, SshTarget
 
+        self.inventory.require_two_nodes()  # the flows drive two nodes so far (docs/cluster.md)
         trace = None
         if self.verbose >= 2:
             from sparkpair import report
@@ -65,7 +72,7 @@ class App:
         cluster = self.inventory.cluster
         targets = [SshTarget(node.name, node.host, node.port, cluster.user, cluster.ssh_key, cluster.known_hosts)
                    for node in self.inventory.nodes]
-        pair = Pair(targets, trace=trace, **options)
+        pair = Pair(targets, trace=trace, connect_timeout=connect_timeout, accept_new_host_keys=accept_new_host_keys)
         pair.connect_soon()
         return pair
 

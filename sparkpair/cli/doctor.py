@@ -34,7 +34,7 @@ def doctor_cmd(app: App, profile: str | None, runtime: str | None, as_json: bool
 
     from sparkpair import report
     from sparkpair.checks import Status
-    from sparkpair.checks.doctor import doctor
+    from sparkpair.engine.doctor import doctor
 
     with connecting as pair:
         # --deep starts containers on the nodes: it takes the pair's lock (when the head answers at all;

@@ -1,6 +1,8 @@
-"""`sparkpair launch`, `status`, `logs`, `stop` and `unlock`."""
+"""`sparkpair launch` (and its lock: `--locked`, `--lock PATH`), `status`, `logs`, `stop` and `unlock`."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import click
 
@@ -37,15 +39,25 @@ DIAGNOSE_TAIL = 2000  # lines per rank `logs --diagnose` reads by default
                                                   "twins at full speed (doctor --deep's all_gather_perf); stop if not.")
 @click.option("--nccl-tests", metavar="PATH", help="With --check-fabric: all_gather_perf (or its build directory) at "
                                                  "this path on both nodes, when the image has no nccl-tests.")
+@click.option("--locked", is_flag=True, help="Refuse to start when anything the lock names differs (image, engine "
+                                             "version, driver, kernel, firmware, MTU, netplan, environment, rendered "
+                                             "files, model files): one line per difference. docs/lock.md.")
+@click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH",
+              help="The lock to check and write (default: sparkpair.lock beside the inventory).")
 @pass_app
 def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool, timeout: float, no_wait: bool,
                stall_after: str | None, model_source: str, split_download: bool, copy_transport: str, replace: bool,
                keep_on_failure: bool,
-               node: str | None, check_fabric: bool, nccl_tests: str | None) -> int:
-    """Start PROFILE (default: server.profile) across the pair and wait until it answers."""
+               node: str | None, check_fabric: bool, nccl_tests: str | None, locked: bool,
+               lock_path: Path | None) -> int:
+    """Start PROFILE (default: server.profile) across the pair and wait until it answers; a successful launch
+    writes the lock (--lock PATH), and the differences from the last one are warnings (--locked: refusals)."""
     from sparkpair import report
+    from sparkpair.engine import lockflow
     from sparkpair.engine.launch import LaunchOptions, launch, plan_launch
     from sparkpair.engine.watch import parse_stall_after
+    from sparkpair.lockfile import store
+    from sparkpair.report import lock as lock_report
 
     try:
         limits = tuple(parse_stall_after(stall_after).items()) if stall_after else ()
@@ -63,15 +75,31 @@ def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool
                             stall_after=limits, check_fabric=check_fabric,
                             nccl_tests=nccl_tests_path(nccl_tests, "--check-fabric", check_fabric),
                             copy_transport=copy_transport, split_download=split_download)
+    lock_file = lock_path or store.default_path(app.inventory_path)
+    previous = store.read_lock(lock_file)  # a bad lock is refused before any node is asked
+    if locked and previous is None:
+        raise click.BadParameter(f"no lock at {lock_file}: launch once without --locked to write one, or name it "
+                                 "with --lock PATH", param_hint="--locked")
+    inventory_file, written = Path(app.inventory_path), None
     with app.pair() as pair:
         pair.connect()
-        if dry_run:
-            plan = plan_launch(pair, inv, options)
-            report.launch_plan(plan)
-            return 1 if plan.preflight else 0
-        with app.locked(pair, f"launch {options.profile}"):
+        with app.locked(pair, f"launch {options.profile}", dry_run=dry_run):
+            differences = lockflow.drift(pair, inv, options, previous, inventory_file) if previous else []
+            if locked and differences:
+                lock_report.lock_refused(differences, lock_file)
+                return 1
+            lock_report.lock_warnings(differences, lock_file)
+            if dry_run:
+                plan = plan_launch(pair, inv, options)
+                report.launch_plan(plan)
+                return 1 if plan.preflight else 0
             result = launch(pair, inv, options, report.event)
-    report.launch_result(result)
+            report.launch_result(result)
+            if result.ok:
+                written = lockflow.launch_lock(pair, inv, options, inventory_file)
+    if written is not None:
+        store.write_lock(lock_file, written)
+        lock_report.lock_written(lock_file, list(written.nodes))
     return 0 if result.ok else 1
 
 

@@ -31,8 +31,8 @@ def inventory_check(app: App) -> None:
 
     inv = app.inventory
     files = [f for profile in _every_variant(inv) for f in render_profile(inv, profile, app.inventory_path)]
-    report.inventory_ok(app.inventory_path, {"nodes": [f"{inv.head.name} (head)", inv.worker.name],
-                                             "profile": inv.server.profile, "files": len(files)})
+    report.inventory_ok(app.inventory_path, [f"{inv.head.name} (head)", inv.worker.name], inv.server.profile,
+                        len(files))
     for finding in inventory_warnings(inv):
         report.warning(f"{finding.node}: {finding.check}: {finding.detail} (fix: {finding.fix})")
 

@@ -34,7 +34,7 @@ def setup_network_cmd(app: App, dry_run: bool, yes: bool, restore: bool, last: b
 
     from sparkpair import report
     from sparkpair.network import flow
-    from sparkpair.network.plan import wanted_netplan
+    from sparkpair.network.netplan import wanted_netplan
 
     wanted = None if restore else wanted_netplan(inventory)
     with connecting as pair:

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:  # only click at start-up
+    from sparkpair.inventory import Inventory
+    from sparkpair.inventory.profiles import Profile
 
 
 class Seconds(click.FloatRange):
     """A number of seconds within a range (click's FloatRange lets nan through every bound)."""
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+    def convert(self, value: float, param: click.Parameter | None, ctx: click.Context | None) -> float:
         number = super().convert(value, param, ctx)
         if number != number:
             self.fail(f"{value!r} is not a number of seconds", param, ctx)
@@ -21,7 +25,7 @@ def split_ids(value: str | None) -> set[str] | None:
     return {part.strip() for part in value.split(",") if part.strip()} if value else None
 
 
-def known_profile(inv: Any, name: str | None) -> str:
+def known_profile(inv: Inventory, name: str | None) -> str:
     """The profile to use: the one named, or the inventory's server.profile."""
     name = name or inv.server.profile
     if name not in inv.profiles:
@@ -37,7 +41,7 @@ runtime_option = click.option(
          "another runtime uses the profile's variant for it (docs/profiles.md).")
 
 
-def resolved_profile(inv: Any, name: str | None, runtime: str | None) -> Any:
+def resolved_profile(inv: Inventory, name: str | None, runtime: str | None) -> Profile:
     """The profile named (default: server.profile) on runtime (default: its own), as an object; a usage error
     names what is missing."""
     name = known_profile(inv, name)

@@ -7,7 +7,9 @@ and CUDA: asked in the running engine container, else in a throwaway `docker run
 RDMA (`ip -j`, `ethtool`, `ibdev2netdev`, `rdma link`), `nvidia-smi`, the netplan files, `docker
 inspect` and `docker logs` of the engine container, sparkpair's rendered config on the node, the
 launch state (head), and the ranks' output: the running container's and the last failed launch's
-(kept by launch). Then doctor's findings, and the inventory file. Never read: sparkpair's secrets
+(kept by launch). Then doctor's findings, the lock (`sparkpair.lock`, as validated and written again: never
+the raw file) with `sparkpair diff`'s JSON (`diff.json`, and `diff-lock.json` against the lock), and the
+inventory file. Never read: sparkpair's secrets
 directory and ~/.ssh. Every file goes through `engine.redact` (the operator's HF token as well as
 anything that looks like a secret); `MANIFEST.txt` lists every file, where it came from, and what
 was redacted, and what could not be collected and why.
@@ -38,7 +40,7 @@ from sparkpair.inventory import Inventory, hftoken
 from sparkpair.probes import Probe, ProbeFailure, expanded_path, parse_sections, printable, section
 from sparkpair.progress import Event, Progress
 from sparkpair.render import recipe
-from sparkpair.transport import NodeConnection, Pair, Shell
+from sparkpair.transport import Node, Pair, Shell
 
 FILE_LIMIT = 8 << 20                 # bytes kept of one file (its end: a log's last part)
 DMESG = r"NVRM|AER|[Oo]ut of memory|oom-kill|oom_reaper|Killed process|Memory cgroup out of memory"
@@ -164,7 +166,7 @@ def node_probes(inventory: Inventory, node: str, head: bool) -> dict[str, Probe[
     return found
 
 
-def collect_node(connection: NodeConnection, inventory: Inventory, head: bool) -> tuple[list[Collected], list[str]]:
+def collect_node(connection: Node, inventory: Inventory, head: bool) -> tuple[list[Collected], list[str]]:
     """Everything the bundle holds from one node (one round trip), and what could not be read, with why."""
     asked = node_probes(inventory, connection.name, head)
     facts = probes.gather(connection, list(asked.values()), timeout=300)
@@ -186,9 +188,9 @@ def collect_node(connection: NodeConnection, inventory: Inventory, head: bool) -
 
 
 def bundle(pair: Pair, inventory: Inventory, out: Path, inventory_file: Path | None, doctor_json: Callable[[], str],
-           progress: Progress) -> BundleResult:
-    """Collect from both nodes at once, add doctor's findings and the inventory, redact, write out (a new 0600
-    file renamed over it)."""
+           progress: Progress, lock_files: Callable[[], tuple[list[Collected], list[str]]] | None = None) -> BundleResult:
+    """Collect from both nodes at once, add doctor's findings, the lock and the diff (lock_files: the files and
+    what could not be collected) and the inventory, redact, write out (a new 0600 file renamed over it)."""
     result = BundleResult(path=str(out))
     progress(Event("", "collecting from both nodes (read-only)"))
     collected = pair.each(lambda connection: collect_node(connection, inventory, connection.name == pair.head.name))
@@ -202,6 +204,11 @@ def bundle(pair: Pair, inventory: Inventory, out: Path, inventory_file: Path | N
         result.missing += missing
     progress(Event("", "running doctor (read-only)"))
     files.append(Collected("doctor.json", doctor_json(), "sparkpair doctor --json"))
+    if lock_files is not None:
+        progress(Event("", "comparing the nodes and the lock (read-only)"))
+        more, missing = lock_files()
+        files += more
+        result.missing += missing
     if inventory_file is not None and inventory_file.is_file():
         files.append(Collected("inventory.yaml", inventory_file.read_text(encoding="utf-8", errors="replace"),
                                str(inventory_file)))

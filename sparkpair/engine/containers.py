@@ -17,8 +17,7 @@ from sparkpair.inventory import Inventory
 from sparkpair.probes import NodeFacts, Probe, ProbeFailure, docker, host
 from sparkpair.render import recipe
 from sparkpair.runtimes import Runtime
-from sparkpair.transport import NodeConnection, Shell
-from sparkpair.transport import docker as docker_cli
+from sparkpair.transport import Node, Shell, docker_cli
 
 SPEC_LABEL = "sparkpair.spec"
 T = TypeVar("T")
@@ -29,7 +28,7 @@ def spec_hash(spec: recipe.ContainerSpec) -> str:
     return hashlib.sha256(json.dumps(asdict(spec), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def ask(connection: NodeConnection, probe: Probe[T]) -> T:
+def ask(connection: Node, probe: Probe[T]) -> T:
     """One probe's value on the node; its failure becomes a SparkpairError naming the node."""
     facts = probes.gather(connection, [probe])
     value = facts.get(probe)
@@ -38,7 +37,7 @@ def ask(connection: NodeConnection, probe: Probe[T]) -> T:
     return cast(T, facts[probe])
 
 
-def node_spec(inventory: Inventory, runtime: Runtime, connection: NodeConnection,
+def node_spec(inventory: Inventory, runtime: Runtime, connection: Node,
               fabric: recipe.NodeFabric | None = None, known: NodeFacts | None = None) -> recipe.ContainerSpec:
     """The runtime's spec for this node: GPUs when the NVIDIA runtime exists, /dev/infiniband when present, and
     the node's own NCCL_IB_HCA and GID index in its environment (fabric, asked of this node). known: facts
@@ -53,17 +52,17 @@ def node_spec(inventory: Inventory, runtime: Runtime, connection: NodeConnection
                                   fabric=fabric)
 
 
-def image_id(connection: NodeConnection, image: str) -> str | None:
+def image_id(connection: Node, image: str) -> str | None:
     """The node's image ID for image, or None when it does not have it."""
     return ask(connection, docker.image_id(image))
 
 
-def find(connection: NodeConnection, name: str) -> docker.ContainerState | None:
+def find(connection: Node, name: str) -> docker.ContainerState | None:
     """The container called name on the node, or None."""
     return ask(connection, docker.container(name))
 
 
-def ensure(connection: NodeConnection, spec: recipe.ContainerSpec, replace_existing: bool,
+def ensure(connection: Node, spec: recipe.ContainerSpec, replace_existing: bool,
            known: NodeFacts | None = None) -> str:
     """Make the node run spec; returns what was done (started, reused, replaced). known: facts gathered on
     the node this run, under the pair lock (the container's state in them is still true)."""
@@ -94,13 +93,13 @@ def ensure(connection: NodeConnection, spec: recipe.ContainerSpec, replace_exist
     return action
 
 
-def _prepare_host_dirs(connection: NodeConnection, spec: recipe.ContainerSpec) -> None:
+def _prepare_host_dirs(connection: Node, spec: recipe.ContainerSpec) -> None:
     """Create mount sources as the user first (Docker would create missing ones owned by root)."""
     directories = [source for target, (source, _) in spec.mounts.items() if target != recipe.HOST_KEY]
     connection.check(Shell("mkdir -p " + " ".join(["{}"] * len(directories)) + " && chmod 700 {}",
                            *directories, spec.mounts[recipe.SECRETS_DIR][0]))
 
 
-def remove(connection: NodeConnection, name: str) -> str:
+def remove(connection: Node, name: str) -> str:
     """Remove the engine container if it exists (idempotent); what was done."""
     return f"removed {name}" if docker_cli.remove(connection, name) else f"no {name} container"

@@ -21,7 +21,7 @@ from sparkpair.inventory import Inventory
 from sparkpair.inventory.profiles import Profile
 from sparkpair.render.recipe import NodeFabric
 from sparkpair.runtimes import runtime_of
-from sparkpair.transport import NodeConnection, Pair
+from sparkpair.transport import Node, Pair
 
 PROOF_TIMEOUT_S = 120.0
 PROOF_CHECKS = ("deep.mpi", "deep.nccl", "deep.cleanup")
@@ -35,10 +35,10 @@ def node_fabrics(facts: Facts, nodes: Iterable[str]) -> dict[str, NodeFabric | N
 
 def gather_fabrics(pair: Pair, inventory: Inventory, nodes: list[str]) -> dict[str, NodeFabric | None]:
     """Each node's NCCL settings, asked of it now (one probe round per node), for whoever has no facts."""
-    def ask(connection: NodeConnection) -> NodeFabric | None:
+    def ask(connection: Node) -> NodeFabric | None:
         return roce.node_fabric(inventory, connection.name, probes.gather(connection, roce.roce_probes()))
 
-    return dict(pair.each(ask, names=nodes).raise_first().values)
+    return dict(pair.each(ask, names=nodes).raise_failures().values)
 
 
 def node_files(inventory: Inventory, profile: Profile,
@@ -72,7 +72,8 @@ class FabricProof:
 
 def prove(pair: Pair, facts: Facts, nccl_tests: str | None = None, timeout: float = PROOF_TIMEOUT_S) -> FabricProof:
     """doctor --deep's MPI and NCCL jobs over the launch's own env, hostfile and transport, judged as doctor does."""
-    from sparkpair.checks import deep, mpijobs, run_checks  # jinja2 only when the fabric is proven
+    from sparkpair.checks import deep, run_checks  # jinja2 only when the fabric is proven
+    from sparkpair.engine import mpijobs
 
     run = mpijobs.run_deep(pair, facts, timeout, nccl_tests)
     checks = [(check, function) for check, function in deep.deep_checks(run) if check in PROOF_CHECKS]

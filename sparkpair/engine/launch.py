@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 from sparkpair import apply, paths, probes, render
 from sparkpair.checks import Facts, Finding, Status, selected
 from sparkpair.checks.catalog import is_launch_critical
-from sparkpair.checks.doctor import examine
 from sparkpair.engine import containers, diagnose, fabric, lifecycle, modelsync, stages, watch
+from sparkpair.engine.doctor import examine
 from sparkpair.engine.readiness import Readiness, wait_ready
 from sparkpair.engine.state import LaunchState, read_state, write_state
 from sparkpair.errors import Interrupted, SparkpairError, UsageError
@@ -28,7 +28,7 @@ from sparkpair.progress import Event, Progress
 from sparkpair.render import recipe
 from sparkpair.render.recipe import Start
 from sparkpair.runtimes import Runtime, checked_view, rank_nodes, runtime_of
-from sparkpair.transport import NodeConnection, Pair, Shell
+from sparkpair.transport import Node, Pair, Shell
 
 JOURNAL = "launch"
 SINGLE_NODE_CHECKS = ("reach.ssh", "reach.sudo", "platform.gpu", "docker", "ports.serving", "models.writable",
@@ -126,7 +126,7 @@ def examined(pair: Pair, inventory: Inventory, profile: Profile,
 
 def config_changes(pair: Pair, files: dict[str, list[render.RenderedFile]], nodes: list[str]) -> list[apply.Change]:
     """Rendered engine files (node -> its files) that differ from what each node holds in ~/.sparkpair/config."""
-    def node_changes(connection: NodeConnection) -> list[apply.Change]:
+    def node_changes(connection: Node) -> list[apply.Change]:
         changes = []
         for item in files[connection.name]:
             current = connection.read(paths.under_home(f"{paths.CONFIG_DIR}/{item.path}", connection.home))
@@ -136,7 +136,7 @@ def config_changes(pair: Pair, files: dict[str, list[render.RenderedFile]], node
             changes += [change] if change else []
         return changes
 
-    found = pair.each(node_changes, names=nodes).raise_first()
+    found = pair.each(node_changes, names=nodes).raise_failures()
     return [change for name in nodes for change in found[name]]
 
 
@@ -204,7 +204,7 @@ def launch(pair: Pair, inventory: Inventory, options: LaunchOptions, progress: P
 def _apply(run: _Run, changes: list[apply.Change]) -> LaunchResult:
     """Everything launch changes, in order; run.stage names the step under way (for Ctrl-C)."""
     pair, inventory, nodes = run.pair, run.inventory, run.nodes
-    pair.each(_private_dirs, names=nodes).raise_first()
+    pair.each(_private_dirs, names=nodes).raise_failures()
     if changes:
         outcomes = apply.apply_changes(pair, changes, JOURNAL, progress=run.progress)
         if any(outcome.interrupted for outcome in outcomes.values()):
@@ -304,7 +304,7 @@ def _failed(run: _Run, result: LaunchResult, detail: str) -> LaunchResult:
     return result
 
 
-def _wait(head: NodeConnection, run: _Run) -> Readiness:
+def _wait(head: Node, run: _Run) -> Readiness:
     """Readiness, with the watchdog reporting each rank's progress and ending the wait when the start stalls."""
     watchdog = _watchdog(run)
 
@@ -347,7 +347,7 @@ def _explain_failure(run: _Run, detail: str) -> LaunchFailure:
     return LaunchFailure(detail, tails, diagnose.classify("\n".join(texts.values())))
 
 
-def _private_dirs(connection: NodeConnection) -> None:
+def _private_dirs(connection: Node) -> None:
     """~/.sparkpair/config and ~/.sparkpair/secrets on a node, both 0700 (the secrets one made so even if it
     was there), in one round trip."""
     config, secret = (paths.under_home(directory, connection.home) for directory in (paths.CONFIG_DIR,
@@ -362,19 +362,19 @@ def _place_token(pair: Pair, nodes: list[str]) -> None:
     if not token:
         return
 
-    def place(connection: NodeConnection) -> None:
+    def place(connection: Node) -> None:
         connection.put(token + "\n", f"{paths.under_home(paths.SECRETS_DIR, connection.home)}/hf_token", mode=0o600)
 
-    pair.each(place, names=nodes).raise_first()
+    pair.each(place, names=nodes).raise_failures()
 
 
 def _start_containers(run: _Run) -> dict[str, str]:
     """Each rank node's engine container as the spec says; what was done on each (started, reused, replaced)."""
-    def start(connection: NodeConnection) -> str:
+    def start(connection: Node) -> str:
         known = run.facts.nodes.get(connection.name) if run.facts is not None else None
         spec = containers.node_spec(run.inventory, run.runtime, connection, run.fabrics.get(connection.name), known)
         return containers.ensure(connection, spec, run.options.replace, known)
-    started = run.pair.each(start, names=run.nodes).raise_first()
+    started = run.pair.each(start, names=run.nodes).raise_failures()
     for name, outcome in started.values.items():
         run.say(name, f"engine container {run.inventory.container.name}: {outcome}")
     return {name: outcome.split(" ")[0] for name, outcome in started.values.items()}

@@ -25,8 +25,7 @@ from sparkpair.probes import ProbeFailure, docker, gather, prometheus, ranks
 from sparkpair.render import recipe
 from sparkpair.render.recipe import Start
 from sparkpair.runtimes import RUNTIME_NAMES, Runtime, runtime_named
-from sparkpair.transport import NodeConnection, Pair, Shell
-from sparkpair.transport import docker as docker_cli
+from sparkpair.transport import Node, Pair, Shell, docker_cli
 from sparkpair.transport.jsonfields import Field, ShapeError
 
 LOG = recipe.LOG_DIR
@@ -46,12 +45,12 @@ def _exit_file(log: str) -> str:
     return "exit_code" if log == "serve" else f"{log}.exit_code"
 
 
-def start(connection: NodeConnection, inventory: Inventory, command: Start) -> None:
+def start(connection: Node, inventory: Inventory, command: Start) -> None:
     """Start one of the runtime's commands, detached, in the node's engine container."""
     docker_cli.exec_detached(connection, inventory.container.name, serve_wrapper(command.argv, command.log))
 
 
-def wait_until(connection: NodeConnection, inventory: Inventory, command: Start, timeout_s: float = 120.0) -> None:
+def wait_until(connection: Node, inventory: Inventory, command: Start, timeout_s: float = 120.0) -> None:
     """Poll command.until in the node's container until it succeeds; a SparkpairError naming what did not
     happen (and the command's last line) when it has not within timeout_s, or the command ended."""
     deadline = time.monotonic() + timeout_s
@@ -75,7 +74,7 @@ def first_exit(pair: Pair, inventory: Inventory, starts: list[Start]) -> int | N
     for command in starts:
         by_node.setdefault(command.node, []).append(_exit_file(command.log))
 
-    def read(connection: NodeConnection) -> int | None:
+    def read(connection: Node) -> int | None:
         files = " ".join(f"{LOG}/{name}" for name in by_node[connection.name])
         try:
             _, output = _in_engine(connection, inventory, f"cat {files} 2>/dev/null | head -n 1")
@@ -89,18 +88,18 @@ def first_exit(pair: Pair, inventory: Inventory, starts: list[Start]) -> int | N
     return codes[0] if codes else None
 
 
-def _in_engine(connection: NodeConnection, inventory: Inventory, script: str) -> tuple[int, str]:
+def _in_engine(connection: Node, inventory: Inventory, script: str) -> tuple[int, str]:
     """A shell script in the node's engine container: (exit code, output); the container must run."""
     return docker_cli.exec_in(connection, inventory.container.name, ["sh", "-c", script])
 
 
-def exit_code(head: NodeConnection, inventory: Inventory) -> int | None:
+def exit_code(head: Node, inventory: Inventory) -> int | None:
     """The serve command's exit code once it has ended, else None."""
     _, output = _in_engine(head, inventory, f"cat {LOG}/exit_code 2>/dev/null || true")
     return int(output.strip()) if output.strip().lstrip("-").isdigit() else None
 
 
-def engine_running(head: NodeConnection, inventory: Inventory) -> bool:
+def engine_running(head: Node, inventory: Inventory) -> bool:
     """Whether the serve command started by sparkpair is still alive in the head container."""
     try:
         code, _ = _in_engine(head, inventory, f"test ! -e {LOG}/exit_code && kill -0 $(cat {LOG}/serve.pid)")
@@ -134,7 +133,7 @@ def save_logs(pair: Pair, inventory: Inventory, nodes: list[str]) -> dict[str, s
     """Keep a failed launch's output on every rank node (paths.FAILED_LAUNCH_LOGS, replacing the last one's)
     before its containers go: mpirun's on the head, each rank's on its own node (Open MPI writes
     --output-filename files where the rank runs). Per node: where it is, or why it could not be kept."""
-    def keep(connection: NodeConnection) -> str:
+    def keep(connection: Node) -> str:
         target = paths.under_home(paths.FAILED_LAUNCH_LOGS, connection.home)
         result = connection.run(Shell("rm -rf {} && mkdir -p -m 700 {} && docker cp {} - | tar -x -C {} "
                                       "--strip-components 1", target, target, f"{inventory.container.name}:{LOG}",
@@ -145,13 +144,13 @@ def save_logs(pair: Pair, inventory: Inventory, nodes: list[str]) -> dict[str, s
     return {**dict(kept.values), **{name: f"not kept ({error})" for name, error in kept.failed.items()}}
 
 
-def rank_logs(connection: NodeConnection, inventory: Inventory, runtime: Runtime, rank: int | None, tail: int) -> str:
+def rank_logs(connection: Node, inventory: Inventory, runtime: Runtime, rank: int | None, tail: int) -> str:
     """The last lines of one rank's output (its runtime's files for it: stdout and stderr), read on the rank's
     own node, or of a one-node start (rank None); "" when its container is gone."""
     return tail_files(connection, inventory, runtime.rank_log_paths(rank), tail)
 
 
-def tail_files(connection: NodeConnection, inventory: Inventory, files: list[str], tail: int) -> str:
+def tail_files(connection: Node, inventory: Inventory, files: list[str], tail: int) -> str:
     """The last tail lines of files in the node's engine container; "" when the container is gone."""
     try:
         _, output = _in_engine(connection, inventory,
@@ -199,7 +198,7 @@ def engine_container_names(inventory: Inventory) -> list[str]:
     return list(dict.fromkeys(inventory.for_runtime(name).container.name for name in RUNTIME_NAMES))
 
 
-def rank_processes(connection: NodeConnection, inventory: Inventory, runtime: Runtime,
+def rank_processes(connection: Node, inventory: Inventory, runtime: Runtime,
                    container: docker.ContainerState | None) -> list[ranks.RankProcess]:
     """The engine's rank processes in the node's container (none when it does not run or cannot be read)."""
     if container is None or not container.running:
@@ -214,7 +213,7 @@ def launch_nodes(inventory: Inventory, state: LaunchState | None) -> list[str]:
     return list(state.nodes) if state and state.nodes else [node.name for node in inventory.nodes]
 
 
-def generate_one_token(serving: NodeConnection, port: int, model: str) -> tuple[bool, str]:
+def generate_one_token(serving: Node, port: int, model: str) -> tuple[bool, str]:
     """A one-token completion through every rank: (answered, what happened). Answered means a 200 whose body
     is a completion (`choices[0].text` a string), all within GENERATION_TIMEOUT_S."""
     body = json.dumps({"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}).encode()
@@ -232,7 +231,7 @@ def generate_one_token(serving: NodeConnection, port: int, model: str) -> tuple[
     return True, f"ok in {took:.2f} s"
 
 
-def served_model_ids(serving: NodeConnection, port: int) -> tuple[list[str], str]:
+def served_model_ids(serving: Node, port: int) -> tuple[list[str], str]:
     """(the model ids /v1/models lists, "") or ([], why it lists none: its answer failed or was malformed)."""
     models = serving.http(port, "GET", "/v1/models", timeout=5)
     if models is None or models.status != 200:
@@ -286,7 +285,7 @@ def status(pair: Pair, inventory: Inventory) -> Status:
     return result
 
 
-def _why_not_serving(head: NodeConnection, inventory: Inventory, result: Status, names: list[str]) -> str:
+def _why_not_serving(head: Node, inventory: Inventory, result: Status, names: list[str]) -> str:
     down = [n for n in names if result.nodes[n]["container"] != "running"]
     if down:
         return f"engine container not running on {', '.join(down)} (sparkpair launch restarts it)"
@@ -323,11 +322,11 @@ def stop(pair: Pair, inventory: Inventory) -> dict[str, str]:
     caches."""
     names = engine_container_names(inventory)
 
-    def remove(connection: NodeConnection) -> str:
+    def remove(connection: Node) -> str:
         done = [containers.remove(connection, name) for name in names]
         return "; ".join(item for item in done if item.startswith("removed")) or done[0]
 
-    removed = pair.each(remove).raise_first()
+    removed = pair.each(remove).raise_failures()
     state = read_state(pair.head)
     if state is not None and state.running:
         write_state(pair.head, LaunchState(**{**state.__dict__, "stopped": time.time()}))
@@ -369,7 +368,7 @@ def follow_logs(pair: Pair, inventory: Inventory, node: str | None, tail: int, o
 
 
 def _log_source(pair: Pair, inventory: Inventory,
-                node: str | None) -> tuple[list[str], NodeConnection, Inventory, Runtime]:
+                node: str | None) -> tuple[list[str], Node, Inventory, Runtime]:
     state, inventory, runtime = launched(pair, inventory)
     names = launch_nodes(inventory, state)
     head = pair.nodes[names[0]]

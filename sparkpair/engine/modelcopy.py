@@ -30,7 +30,7 @@ from sparkpair.errors import SparkpairError, last_line
 from sparkpair.inventory import Inventory
 from sparkpair.probes import models
 from sparkpair.progress import Progress
-from sparkpair.transport import NodeConnection
+from sparkpair.transport import Node
 from sparkpair.transport.session import END, RemoteProcess
 
 TRANSPORTS = ("tcp", "ssh")
@@ -153,7 +153,7 @@ def record(line: str | None) -> tuple[str, dict[str, Any]]:
     return "", {}
 
 
-def copy(source: NodeConnection, dest: NodeConnection, inventory: Inventory, blobs: list[Blob],
+def copy(source: Node, dest: Node, inventory: Inventory, blobs: list[Blob],
          snapshots: Mapping[str, Snapshot], transport: str, progress: Progress,
          cancel: threading.Event | None = None) -> CopyResult:
     """Send blobs from source to dest; link dest's snapshots for every file whose blob is in place. Nothing

@@ -23,13 +23,12 @@ from sparkpair.inventory.profiles import check_repo_id
 from sparkpair.probes import models
 from sparkpair.progress import Event, Progress
 from sparkpair.render import recipe
-from sparkpair.transport import NodeConnection, Pair, Shell
-from sparkpair.transport import docker as docker_cli
+from sparkpair.transport import Node, Pair, Shell, docker_cli
 
 DOWNLOAD_ENV = {"HOME": "/tmp", "HF_HUB_OFFLINE": "0"}
 
 
-def _user(node: NodeConnection) -> str:
+def _user(node: Node) -> str:
     return node.check(Shell('printf "%s:%s" "$(id -u)" "$(id -g)"'))
 
 
@@ -53,7 +52,7 @@ def hub_file_name(name: str) -> bool:
         all(part not in ("", ".", "..") for part in name.split("/"))
 
 
-def dry_run(node: NodeConnection, inventory: Inventory, repo: str) -> models.DryRun | None:
+def dry_run(node: Node, inventory: Inventory, repo: str) -> models.DryRun | None:
     """What `hf download --dry-run` says is left to fetch on the node; None when it cannot say."""
     code, output = docker_cli.exec_in(node, inventory.container.name, [*hf_download_argv(repo), "--dry-run"],
                                       user=_user(node), environment=DOWNLOAD_ENV, timeout=120)
@@ -64,7 +63,7 @@ def dry_run(node: NodeConnection, inventory: Inventory, repo: str) -> models.Dry
     return None
 
 
-def download(node: NodeConnection, inventory: Inventory, repo: str, progress: Progress,
+def download(node: Node, inventory: Inventory, repo: str, progress: Progress,
              files: list[str] | None = None, total: int | None = None) -> float:
     """`hf download repo [files]` in the node's engine container as the node user, with byte progress;
     the seconds it took. A failure raises with hf's last lines; Ctrl-C ends it on the node too."""
@@ -109,7 +108,7 @@ def _ere(text: str) -> str:
     return re.sub(r"([.\[\]()*+?{}|^$\\])", r"\\\1", text)
 
 
-def copy_staged(head: NodeConnection, inventory: Inventory, repo: str, source: str, progress: Progress) -> None:
+def copy_staged(head: Node, inventory: Inventory, repo: str, source: str, progress: Progress) -> None:
     """Copy repo's cache directory from a staged HF cache on the head (local:PATH)."""
     staged = f"{source.removeprefix('local:').rstrip('/')}/{recipe.repo_dirname(repo)}"
     target = f"{recipe.hf_cache_on_node(inventory, head.home)}/hub/"
@@ -120,7 +119,7 @@ def copy_staged(head: NodeConnection, inventory: Inventory, repo: str, source: s
     progress(Event(head.name, f"{repo}: copied from {staged}"))
 
 
-def fetch_on_head(head: NodeConnection, inventory: Inventory, repo: str, source: str, progress: Progress) -> None:
+def fetch_on_head(head: Node, inventory: Inventory, repo: str, source: str, progress: Progress) -> None:
     """Get repo into the head's cache: download (hub), copy from a staged cache (local:PATH), or refuse."""
     if source == "cached":
         raise SparkpairError(f"{repo} is not complete in {head.name}'s HF cache and --model-source cached copies "
@@ -164,7 +163,7 @@ def split_download(pair: Pair, inventory: Inventory, repo: str, nodes: list[str]
 
     cancel = threading.Event()
 
-    def fetch(connection: NodeConnection) -> float:
+    def fetch(connection: Node) -> float:
         files = split.files[connection.name]
         if not files:
             return 0.0
@@ -178,12 +177,12 @@ def split_download(pair: Pair, inventory: Inventory, repo: str, nodes: list[str]
             finished.set()
 
     started = time.monotonic()
-    split.seconds = dict(pair.each(fetch, names=nodes, cancel=cancel).raise_first().values)
+    split.seconds = dict(pair.each(fetch, names=nodes, cancel=cancel).raise_failures().values)
     split.seconds["both"] = time.monotonic() - started
     return split
 
 
-def _end_on_cancel(cancel: threading.Event, finished: threading.Event, node: NodeConnection, inventory: Inventory,
+def _end_on_cancel(cancel: threading.Event, finished: threading.Event, node: Node, inventory: Inventory,
                    argv: list[str]) -> None:
     """Ctrl-C reaches only the main thread: a download running in another one is ended on its node here."""
     while not finished.is_set():

@@ -23,7 +23,7 @@ from sparkpair.inventory import Inventory
 from sparkpair.probes import models
 from sparkpair.progress import Event, Progress
 from sparkpair.render import recipe
-from sparkpair.transport import NodeConnection, Pair, Shell
+from sparkpair.transport import Node, Pair, Shell
 
 Manifests = dict[str, models.RepoManifest]
 
@@ -38,7 +38,7 @@ class ModelOptions:
     split_download: bool = False
 
 
-def read_manifests(connection: NodeConnection, inventory: Inventory, repos: list[str]) -> Manifests:
+def read_manifests(connection: Node, inventory: Inventory, repos: list[str]) -> Manifests:
     """Each repo's manifest in the node's HF cache (one round trip). A manifest with an unsafe entry (a refs/main
     that is no commit, a snapshot path or link not of huggingface_hub's form) raises: nothing is fetched into,
     copied from or linked after such a cache."""
@@ -60,7 +60,7 @@ def read_manifests(connection: NodeConnection, inventory: Inventory, repos: list
     return manifests
 
 
-def verify(connection: NodeConnection, inventory: Inventory, repos: list[str], progress: Progress,
+def verify(connection: Node, inventory: Inventory, repos: list[str], progress: Progress,
            remove_bad: bool) -> models.ContentCheck:
     """Hash every file of repos on the node the node's cache does not vouch for, in parallel; with
     remove_bad, a corrupt blob is removed (to be fetched again); its snapshot links stay, dangling, so the repo's
@@ -91,7 +91,7 @@ def verify(connection: NodeConnection, inventory: Inventory, repos: list[str], p
     return found
 
 
-def link(connection: NodeConnection, inventory: Inventory, revisions: dict[str, str]) -> None:
+def link(connection: Node, inventory: Inventory, revisions: dict[str, str]) -> None:
     """Point HF_HOME/sparkpair-models/org--name at each repo's verified snapshot (one round trip)."""
     cache = recipe.hf_cache_on_node(inventory, connection.home)
     commands = [Shell("mkdir -p {}", f"{cache}/{recipe.MODEL_LINKS}")]
@@ -120,9 +120,9 @@ def sync(pair: Pair, inventory: Inventory, repos: list[str], nodes: list[str], p
     """ensure_models, saying what it copied (scripts/bench/model_copy.py measures the copy with it)."""
     source, done = options.source, ModelsSynced()
     head = pair.nodes[nodes[0]]
-    held = dict(pair.each(lambda c: read_manifests(c, inventory, repos), names=nodes).raise_first().values)
+    held = dict(pair.each(lambda c: read_manifests(c, inventory, repos), names=nodes).raise_failures().values)
     checked = dict(pair.each(lambda c: verify(c, inventory, repos, progress, source != "cached"),
-                             names=nodes).raise_first().values)
+                             names=nodes).raise_failures().values)
     repaired = [name for name in nodes if _corrupt(name, held[name], checked[name], nodes, source, progress)]
     for name in repaired:
         held[name] = read_manifests(pair.nodes[name], inventory, repos)
@@ -146,7 +146,7 @@ def sync(pair: Pair, inventory: Inventory, repos: list[str], nodes: list[str], p
         done.copies += _match_worker(inventory, head, pair.nodes[name], held[head.name], held[name], options, source,
                                      progress)
     done.revisions = {repo: str(manifest.revision) for repo, manifest in held[head.name].items()}
-    pair.each(lambda connection: link(connection, inventory, done.revisions), names=nodes).raise_first()
+    pair.each(lambda connection: link(connection, inventory, done.revisions), names=nodes).raise_failures()
     return done
 
 
@@ -185,7 +185,7 @@ def _split(pair: Pair, inventory: Inventory, repo: str, nodes: list[str], transp
     """Half the files downloaded on each node, then each half copied to the other over the QSFP twins."""
     split = modelfetch.split_download(pair, inventory, repo, nodes, progress)
     held = {name: read_manifests(pair.nodes[name], inventory, [repo])[repo] for name in nodes}
-    pair.each(lambda c: verify(c, inventory, [repo], progress, remove_bad=True), names=nodes).raise_first()
+    pair.each(lambda c: verify(c, inventory, [repo], progress, remove_bad=True), names=nodes).raise_failures()
     revisions = {manifest.revision for manifest in held.values()}
     if len(revisions) != 1:
         raise SparkpairError(f"{repo}: the hub's main moved between the two downloads ({', '.join(map(str, revisions))})",
@@ -197,14 +197,14 @@ def _split(pair: Pair, inventory: Inventory, repo: str, nodes: list[str], transp
     snapshot = {repo: modelcopy.Snapshot(str(revisions.pop()), files)}
     cancel = threading.Event()
 
-    def exchange(connection: NodeConnection) -> modelcopy.CopyResult:
+    def exchange(connection: Node) -> modelcopy.CopyResult:
         mine = held[connection.name]
         peer = next(name for name in nodes if name != connection.name)
         blobs = [modelcopy.Blob(repo, blob, mine.blobs[blob]) for blob in sorted(set(mine.files.values()))
                  if blob not in held[peer].blobs]
         return modelcopy.copy(connection, pair.nodes[peer], inventory, blobs, snapshot, transport, progress, cancel)
 
-    copies = pair.each(exchange, names=nodes, cancel=cancel).raise_first().values
+    copies = pair.each(exchange, names=nodes, cancel=cancel).raise_failures().values
     for result in copies.values():
         _require(result, repo, progress)
     moved = sum(result.bytes for result in copies.values())
@@ -235,7 +235,7 @@ def _require(result: modelcopy.CopyResult, repo: str, progress: Progress) -> Non
                          node=result.dest, hint="sparkpair doctor --only links,path")
 
 
-def _match_worker(inventory: Inventory, head: NodeConnection, worker: NodeConnection, mine: Manifests,
+def _match_worker(inventory: Inventory, head: Node, worker: Node, mine: Manifests,
                   theirs: Manifests, options: ModelOptions, source: str,
                   progress: Progress) -> list[modelcopy.CopyResult]:
     """Copy what the worker lacks or holds differently from the head (one copy for all repos), verified."""

@@ -13,7 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from sparkpair.transport import NodeConnection
+from sparkpair.transport import Node
 from sparkpair.transport.jsonfields import Field, ShapeError
 
 # The watch (a process scan in every rank's container) and the exit check (a docker exec per node) share the
@@ -39,7 +39,7 @@ class Readiness:
     stalled: bool = False
 
 
-def probe_stage(head: NodeConnection, port: int, model: str) -> tuple[str, str]:
+def probe_stage(head: Node, port: int, model: str) -> tuple[str, str]:
     """The first stage that does not pass yet ("ready" when all do), with what was seen. A malformed or
     oversized answer, or one too slow, is what was seen at its stage: never an exception."""
     health = head.http(port, "GET", "/health", timeout=5, cap=HEALTH_CAP)
@@ -80,7 +80,7 @@ def chat_text(raw: bytes) -> str:
     return answer.get("choices").at(0).get("message").get("content").text(default="")
 
 
-def wait_ready(head: NodeConnection, port: int, model: str, timeout: float,
+def wait_ready(head: Node, port: int, model: str, timeout: float,
                exited: Callable[[], int | None], progress: Callable[[str], None],
                watch: Callable[[], str | None] | None = None) -> Readiness:
     """Poll until ready, the engine exits, the watch reports a stall (its words), or timeout; progress gets

@@ -12,7 +12,7 @@ from typing import Any
 
 from sparkpair import paths
 from sparkpair.runtimes import RUNTIME_NAMES
-from sparkpair.transport import NodeConnection, Shell
+from sparkpair.transport import Node, Shell
 
 
 @dataclass(frozen=True)
@@ -67,18 +67,18 @@ def _well_typed(state: LaunchState) -> bool:
     return all(isinstance(value, kinds) for value, kinds in checks) and all(isinstance(n, str) for n in state.nodes)
 
 
-def state_path(head: NodeConnection) -> str:
+def state_path(head: Node) -> str:
     return paths.under_home(paths.LAUNCH_STATE, head.home)
 
 
-def write_state(head: NodeConnection, state: LaunchState) -> None:
+def write_state(head: Node, state: LaunchState) -> None:
     """Write the state on the head (private to the user)."""
     path = state_path(head)
     head.check(Shell("mkdir -p {}", path.rsplit("/", 1)[0]))
     head.put(state.to_json(), path, mode=0o600)
 
 
-def read_state(head: NodeConnection) -> LaunchState | None:
+def read_state(head: Node) -> LaunchState | None:
     """The last launch's state, or None when nothing was launched (or the file is unreadable)."""
     raw = head.read(state_path(head))
     return LaunchState.from_json(raw) if raw else None

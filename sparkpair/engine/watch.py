@@ -25,7 +25,7 @@ from sparkpair.probes import ProbeFailure, ranks
 from sparkpair.probes.models import RepoManifest
 from sparkpair.progress import Event, Progress
 from sparkpair.runtimes import RUNTIME_NAMES, Runtime
-from sparkpair.transport import NodeConnection, Pair
+from sparkpair.transport import Node, Pair
 
 STARTING = stages.Stage("start", "the engine is starting the ranks; they have printed nothing yet",
                         LinePattern.compile(r"(?!)"), "start", 180.0, alone=False)
@@ -286,7 +286,7 @@ class Watchdog:
                     f"CPU {rank.cpu_s:.0f} s" if outcome == "ready" else f"{describe(rank, self.limits, now)}; {outcome}")
             self.progress(Event(rank.node, text, key=f"engine {rank.node}", done=1, total=1))
 
-    def _ask(self, connection: NodeConnection) -> probes.NodeFacts:
+    def _ask(self, connection: Node) -> probes.NodeFacts:
         asked: list[probes.Probe[object]] = [ranks.processes(self.container, self.model_root, self.pattern), ranks.COMPUTE_APPS]
         asked += [ranks.output(self.container, rank.offsets_asked()) for rank in self.ranks
                   if rank.node == connection.name]

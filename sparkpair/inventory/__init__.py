@@ -2,9 +2,10 @@
 
 Holds `schema` (the records of the file), `validation` (what each field accepts, every problem
 found, JSON data and JSON Schema), `load` (safe YAML, then validation), `messages` (one-line
-errors), `profiles` (NVIDIA's recipes and the inventory's overrides) and `hftoken` (where the
-operator's Hugging Face token comes from). May import `sparkpair.errors` only: everything else
-builds on it, it builds on nothing.
+errors), `topology` (how the nodes are cabled: the expected links, and what is wrong with them),
+`profiles` (NVIDIA's recipes and the inventory's overrides) and `hftoken` (where the
+operator's Hugging Face token comes from). May import: only the layers below its own in pyproject.toml's `[tool.importlinter]`
+(`errors` and the other leaf modules): everything else builds on it, it builds on nothing.
 """
 
 from sparkpair.inventory.load import (

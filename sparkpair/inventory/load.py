@@ -79,7 +79,7 @@ def parse_inventory(data: dict[str, Any], source: str = DEFAULT_PATH) -> Invento
         inventory = parse(Inventory, data)
     except Invalid as error:
         raise InventoryError(messages.describe(error.problems, source)) from None
-    problems = messages.pair_problems(inventory) + messages.env_problems(inventory) + _profile_problems(inventory)
+    problems = messages.node_problems(inventory) + messages.env_problems(inventory) + _profile_problems(inventory)
     if problems:
         raise InventoryError([f"{source}: {problem}" for problem in problems])
     return inventory

@@ -9,6 +9,7 @@ import re
 import typing
 from typing import Any
 
+from sparkpair.inventory import topology
 from sparkpair.inventory.validation import UNPRINTABLE, Location, Problem, shown
 
 if typing.TYPE_CHECKING:
@@ -46,12 +47,22 @@ def describe(problems: list[Problem], source: str, prefix: Location = ()) -> lis
             for problem in problems]
 
 
-def pair_problems(inventory: Inventory) -> list[str]:
-    """Problems that only show when both nodes are read together."""
+def node_problems(inventory: Inventory) -> list[str]:
+    """Problems that only show when the nodes are read together: their count and cabling for the topology,
+    names, hosts and addresses used twice."""
     nodes = inventory.nodes
+    counted = topology.node_count_problems(inventory.topology, len(nodes))
+    if counted:
+        return counted
     problems = _duplicates("name", [n.name for n in nodes]) + _duplicates("host", [n.host for n in nodes])
-    problems += _interface_set_problems(inventory)
+    problems += _interface_set_problems(inventory) if inventory.topology == "pair" else []
     problems += _address_problems(inventory)
+    if inventory.topology == "pair":
+        problems += _twin_subnet_problems(inventory)
+    elif inventory.topology == "ring":
+        problems += topology.ring_problems(inventory)
+    else:
+        problems += topology.switch_problems(inventory)
     return problems
 
 
@@ -64,9 +75,15 @@ def env_problems(inventory: Inventory) -> list[str]:
 
 
 def _duplicates(field: str, values: list[str]) -> list[str]:
-    if len(set(values)) == len(values):
-        return []
-    return [f"nodes[1].{field}: got {values[1]!r}, same as nodes[0]; expected a different {field} per node"]
+    """`nodes[i].field` for each value that an earlier node already has."""
+    first: dict[str, int] = {}
+    problems = []
+    for index, value in enumerate(values):
+        if value in first:
+            problems.append(f"nodes[{index}].{field}: got {value!r}, same as nodes[{first[value]}]; expected a "
+                            f"different {field} per node")
+        first.setdefault(value, index)
+    return problems
 
 
 def _interface_set_problems(inventory: Inventory) -> list[str]:
@@ -80,6 +97,7 @@ def _interface_set_problems(inventory: Inventory) -> list[str]:
 def _address_problems(inventory: Inventory) -> list[str]:
     problems: list[str] = []
     seen: dict[Any, str] = {}
+    hosts = {n.host for n in inventory.nodes}
     for index, node in enumerate(inventory.nodes):
         for name, address in node.links.items():
             path = f"nodes[{index}].links.{name}"
@@ -87,9 +105,15 @@ def _address_problems(inventory: Inventory) -> list[str]:
                 problems.append(f"{path}: got {address}, already used by {seen[address.ip]}; "
                                 "expected an address used nowhere else")
             seen.setdefault(address.ip, path)
-            if any(n.host == str(address.ip) for n in inventory.nodes):
+            if str(address.ip) in hosts:
                 problems.append(f"{path}: got {address}, which is a node's management host; expected the "
                                 "management address (host) and QSFP addresses (links) to differ")
+    return problems
+
+
+def _twin_subnet_problems(inventory: Inventory) -> list[str]:
+    """A pair's twins: each in one subnet on both nodes."""
+    problems: list[str] = []
     head, worker = inventory.nodes
     for name in sorted(set(head.links) & set(worker.links)):
         if head.links[name].network != worker.links[name].network:

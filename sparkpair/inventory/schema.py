@@ -14,7 +14,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from sparkpair.errors import InventoryError
 from sparkpair.inventory.profiles import Profile, profile_sources, resolve
+from sparkpair.inventory.topology import TOPOLOGIES, Link, links, neighbours
 from sparkpair.inventory.validation import (
     UNPRINTABLE,
     Anything,
@@ -140,11 +142,21 @@ CONTAINER_NAME = Text("a container name of letters, digits, '_', '.' or '-'", r"
 ENV_NAME = Text("an environment variable name", check=_check_env_name)
 ENV_VALUE = Text("a single-line value", check=_check_env_value)
 PROFILE_NAME = Text("a profile name of lowercase letters, digits, '.', '_' or '-'", r"[a-z0-9][a-z0-9._-]{0,47}")
+# What doctor's playbook.* rows name a departure by (docs/profiles.md): image, env.NAME, flags.NAME,
+# config.a.b, model.target|draft, addressing.addresses|mtu.
+DEPARTURE_KEY = Text("a departure as doctor's playbook rows name it: image, env.NCCL_SOCKET_IFNAME, "
+                     "flags.max_num_tokens, config.kv_cache_config.free_gpu_memory_fraction, model.draft, "
+                     "addressing.addresses or addressing.mtu",
+                     r"image|env\.[A-Za-z_][A-Za-z0-9_]{0,127}|flags\.[a-z0-9][a-z0-9_-]{0,63}"
+                     r"|config\.[a-z0-9_]{1,64}(?:\.[a-z0-9_]{1,64}){0,3}|model\.(?:target|draft)"
+                     r"|addressing\.(?:addresses|mtu)")
+REASON = Text("one line of at most 300 characters saying why, without control characters",
+              r"[^\x00-\x1f\x7f]{1,300}", check=_check_env_value)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Cluster:
-    """Settings shared by both nodes."""
+    """Settings shared by every node."""
 
     name: str = spec(NODE_NAME, "spark-pair")
     user: str = spec(USER_NAME, "nvidia")
@@ -201,10 +213,12 @@ class Server:
     profile: str = spec(PROFILE_NAME, "qwen3-235b")
 
 
-def _exactly_two(nodes: list[Node]) -> list[Node]:
-    if len(nodes) != 2:
-        raise ValueError(f"exactly two nodes (the head first, then the worker); got {len(nodes)}: "
-                         "sparkpair drives one pair of Sparks cabled back-to-back")
+def _two_or_more(nodes: list[Node]) -> list[Node]:
+    """nodes, when there are at least two. No upper bound: the topology bounds them (a pair is two, a ring
+    three) and through a switch the subnet does (its addresses must all differ)."""
+    if len(nodes) < 2:
+        raise ValueError(f"at least two nodes (the head first, then the workers); got {len(nodes)}: sparkpair "
+                         "drives Sparks cabled to each other, two back-to-back by default (topology)")
     return nodes
 
 
@@ -213,7 +227,9 @@ class Inventory:
     """The whole file. The first node is the head: mpirun and the HTTP endpoint run there."""
 
     cluster: Cluster = spec(Nested(Cluster), factory=Cluster)
-    nodes: list[Node] = spec(ListOf(Nested(Node), _exactly_two, "the head first, then the worker"))
+    nodes: list[Node] = spec(ListOf(Nested(Node), _two_or_more, "the head first, then the workers"))
+    # How the nodes are cabled (topology.py): pair (two back-to-back), ring (three) or switch.
+    topology: str = spec(Choice(*TOPOLOGIES), "pair")
     container: Container = spec(Nested(Container), factory=Container)
     server: Server = spec(Nested(Server), factory=Server)
     vllm: Vllm = spec(Nested(Vllm), factory=Vllm)
@@ -222,6 +238,8 @@ class Inventory:
     runtime: str | None = spec(Optional(Choice("trtllm", "vllm")), None)
     models: dict[str, dict[str, Any]] = spec(MappingOf(PROFILE_NAME, MappingOf(Text("a string"), Anything())),
                                              factory=dict)
+    # The operator's own departures from NVIDIA's playbooks and why: doctor shows them as INFO, not WARN.
+    playbook_reasons: dict[str, str] = spec(MappingOf(DEPARTURE_KEY, REASON, 0, 64, "departures"), factory=dict)
 
     @property
     def head(self) -> Node:
@@ -229,7 +247,30 @@ class Inventory:
 
     @property
     def worker(self) -> Node:
+        """The second node: a pair's other end (the two-node flows' worker)."""
         return self.nodes[1]
+
+    @property
+    def workers(self) -> list[Node]:
+        """Every node but the head, in inventory order."""
+        return self.nodes[1:]
+
+    def links(self) -> list[Link]:
+        """Every link the topology expects (topology.links): the one input of the link checks."""
+        return links(self)
+
+    def neighbours(self, node: Node) -> list[Node]:
+        """The nodes node shares a link with, in inventory order."""
+        return neighbours(self, node)
+
+    def require_two_nodes(self) -> None:
+        """Returns when the inventory has two nodes (a pair, or two Sparks through a switch); InventoryError
+        (exit 2) otherwise: the commands that reach the nodes drive two Sparks so far, and must not drive two
+        of a ring's or a bigger switch's nodes as if they were all."""
+        if len(self.nodes) != 2:
+            raise InventoryError([f"nodes: got {len(self.nodes)} ({self.topology}); expected two for a command that "
+                                  "reaches the nodes: sparkpair validates and renders inventories of more nodes "
+                                  "(inventory check, render) but drives only two Sparks so far (docs/cluster.md)"])
 
     def node(self, name: str) -> Node:
         """The node called name; KeyError names the known ones."""
@@ -247,6 +288,7 @@ class Inventory:
         return replace(self, runtime=runtime, container=container)
 
     def peer_of(self, node: Node) -> Node:
+        """The other node of a pair (the two-node flows'); with more nodes, see neighbours."""
         return self.nodes[1] if node.name == self.nodes[0].name else self.nodes[0]
 
     @cached_property

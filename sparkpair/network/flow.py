@@ -15,13 +15,12 @@ from collections.abc import Mapping
 from sparkpair import apply
 from sparkpair.errors import Interrupted, SparkpairError
 from sparkpair.inventory import Inventory
-from sparkpair.network import guarded, rollback, trust, verify
-from sparkpair.network import plan as netplan
+from sparkpair.network import guarded, netplan, rollback, trust, verify
 from sparkpair.network.restore import restore
 from sparkpair.network.run import SetupOptions, SetupPlan, SetupResult, SetupRun
 from sparkpair.probes import ssh
 from sparkpair.progress import Progress
-from sparkpair.transport import NodeConnection, Pair
+from sparkpair.transport import Node, Pair
 
 __all__ = ["SetupOptions", "SetupPlan", "SetupResult", "apply_setup", "plan_setup", "restore"]
 
@@ -118,14 +117,14 @@ def _applied(run: SetupRun, changes: list[apply.Change]) -> bool:
     return False
 
 
-def _undo_trust(run: SetupRun, connection: NodeConnection) -> list[str]:
+def _undo_trust(run: SetupRun, connection: Node) -> list[str]:
     journal = apply.read_journal(connection, trust.JOURNAL)
     if journal is None or journal.stamp != run.plan.stamp:
         return []
     return apply.restore(connection, journal)
 
 
-def _undo_network(run: SetupRun, connection: NodeConnection) -> list[str]:
+def _undo_network(run: SetupRun, connection: Node) -> list[str]:
     journal = apply.read_journal(connection, netplan.JOURNAL)
     if connection.name not in run.network_confirmed or journal is None or journal.stamp != run.plan.stamp:
         return []

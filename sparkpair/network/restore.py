@@ -18,16 +18,15 @@ from sparkpair import apply, probes
 from sparkpair.apply import firsttouch
 from sparkpair.errors import Interrupted, SparkpairError
 from sparkpair.inventory import Inventory
-from sparkpair.network import plan as netplan
-from sparkpair.network import rollback, trust
+from sparkpair.network import netplan, rollback, trust
 from sparkpair.probes import net
 from sparkpair.progress import Event, Progress
-from sparkpair.transport import NodeConnection, Pair
+from sparkpair.transport import Node, Pair
 
 NOTHING = "nothing to restore"
 
 
-def _twins_now(connection: NodeConnection, inventory: Inventory) -> str:
+def _twins_now(connection: Node, inventory: Inventory) -> str:
     interfaces = probes.gather(connection, [net.INTERFACES]).get(net.INTERFACES)
     if not isinstance(interfaces, dict):
         raise SparkpairError(f"cannot read the interfaces: {interfaces}", node=connection.name)
@@ -63,7 +62,7 @@ def _ipv4_interface(text: str) -> bool:
     return True
 
 
-def undo_first_touch(connection: NodeConnection, inventory: Inventory) -> list[str]:
+def undo_first_touch(connection: Node, inventory: Inventory) -> list[str]:
     """Return one node to its state before sparkpair first changed it; what was done. Every record is read
     and checked first: one that cannot be used raises its one-line error before anything changes."""
     node = inventory.node(connection.name)
@@ -96,7 +95,7 @@ def undo_first_touch(connection: NodeConnection, inventory: Inventory) -> list[s
     return done or ["already as before sparkpair first changed it"]
 
 
-def _journals(connection: NodeConnection) -> dict[str, apply.Journal]:
+def _journals(connection: Node) -> dict[str, apply.Journal]:
     """The node's journals not yet undone, by command (trust, network), each checked whole (the network's
     twins too); a SparkpairError naming the node and the file for one that cannot be used."""
     found = {command: apply.read_journal(connection, command) for command in (trust.JOURNAL, netplan.JOURNAL)}
@@ -107,7 +106,7 @@ def _journals(connection: NodeConnection) -> dict[str, apply.Journal]:
     return {command: journal for command, journal in found.items() if journal is not None}
 
 
-def undo_last(connection: NodeConnection, inventory: Inventory, stamp: str | None = None) -> list[str]:
+def undo_last(connection: Node, inventory: Inventory, stamp: str | None = None) -> list[str]:
     """Undo one apply on one node (trust first, then network): the run stamp's, by default the node's
     latest; what was done."""
     journals = _journals(connection)
@@ -142,7 +141,7 @@ def restore(pair: Pair, inventory: Inventory, progress: Progress, last: bool = F
         stamp = max((journal.stamp for journals in read.values.values() for journal in journals.values()),
                     default="")
 
-    def restore_node(connection: NodeConnection) -> None:
+    def restore_node(connection: Node) -> None:
         done[connection.name] = undo_last(connection, inventory, stamp or "none") if last else \
             undo_first_touch(connection, inventory)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from sparkpair import apply
 from sparkpair.inventory import Inventory
-from sparkpair.network import plan as netplan
+from sparkpair.network import netplan
 from sparkpair.network.watchdog import Armed
 from sparkpair.probes import NodeFacts
 from sparkpair.progress import Event, Progress

@@ -1,8 +1,9 @@
 """SSH trust between the nodes, which mpirun needs: own keys, authorized peers, verified host keys.
 
-Each node makes its own ed25519 key if it has none (a private key never leaves its node). Each
-node learns the peer's host key for the peer's QSFP addresses and name, and that key is the one
-the operator's own connection verified on the management address: never blind acceptance.
+Each node makes its own ed25519 key if it has none (a private key never leaves its node). Trust is a
+full mesh: each node authorizes every other node's key and learns every other node's host keys for
+its QSFP addresses and name, and those keys hold the one the operator's own connection verified on
+that node's management address: never blind acceptance. A pair is the mesh of two.
 """
 
 from __future__ import annotations
@@ -88,53 +89,76 @@ def key_changes(files: dict[str, SshFiles]) -> list[apply.Change]:
 
 def trust_plan(inventory: Inventory, files: dict[str, SshFiles],
                host_keys: dict[str, tuple[str, str]]) -> tuple[list[apply.Change], list[str]]:
-    """authorized_keys and known_hosts changes on both nodes; refusals for conflicting host keys.
+    """authorized_keys and known_hosts changes on every node, as a full mesh (each node trusts every other
+    node's key and pins every other node's host keys); refusals for conflicting host keys.
 
     host_keys: per node, the key the operator's own connection verified on the management address.
-    A node learns every host key its peer has, but only if that verified key is one of them.
+    A node learns every host key another node has, but only if that verified key is one of them.
+    One change per file: node i's turn plans the authorized_keys of the node after it (a pair: its peer),
+    then its own known_hosts.
     """
     changes: list[apply.Change] = []
     refusals: list[str] = []
-    for node in inventory.nodes:
-        peer = inventory.peer_of(node)
-        mine, theirs = files[node.name], files[peer.name]
-        change, problem = _authorize_change(node, peer, mine.public_key, theirs.authorized_keys)
+    nodes = inventory.nodes
+    for index, node in enumerate(nodes):
+        target = nodes[(index + 1) % len(nodes)]
+        sources = [(other, files[other.name].public_key) for other in nodes if other.name != target.name]
+        change, problems = _authorize_change(target, sources, files[target.name].authorized_keys)
         changes += [change] if change else []
-        refusals += [problem] if problem else []
-        bad_host_key = _first_problem(theirs.host_keys)
-        if bad_host_key:
-            refusals.append(f"{peer.name}: /etc/ssh/ssh_host_*_key.pub holds a line that is not one host key "
-                            f"({bad_host_key}); refusing to teach its host keys to {node.name}")
-            continue
-        if host_keys[peer.name] not in theirs.host_keys:
-            refusals.append(f"{peer.name}: the host key this machine verified ({fingerprint(*host_keys[peer.name])}) "
-                            "is not among its /etc/ssh/ssh_host_*_key.pub; refusing to teach it to "
-                            f"{node.name} (is another sshd answering on {peer.host}?)")
-            continue
-        change, problems = _known_hosts_change(node, peer, mine.known_hosts, theirs.host_keys)
+        refusals += problems
+        taught: list[tuple[Node, tuple[tuple[str, str], ...]]] = []
+        for peer in (other for other in nodes if other.name != node.name):
+            refusal = _host_key_refusal(node, peer, files[peer.name].host_keys, host_keys[peer.name])
+            if refusal:
+                refusals.append(refusal)
+            else:
+                taught.append((peer, files[peer.name].host_keys))
+        change, problems = _known_hosts_change(node, taught, files[node.name].known_hosts)
         changes += [change] if change else []
         refusals += problems
     return changes, refusals
 
 
-def _authorize_change(node: Node, peer: Node, public_key: str | None,
-                      authorized_keys: str | None) -> tuple[apply.Change | None, str]:
-    """The change appending node's public key to the peer's authorized_keys (None when it is there or
-    there is none), or the refusal when node's .pub is not one public key line."""
-    if not public_key:
-        return None, ""
-    try:
-        line = public_key_line(public_key)
-    except ValueError as error:
-        return None, (f"{node.name}: ~/.ssh/id_ed25519.pub is not one public key line ({error}); refusing to "
-                      f"authorize it on {peer.name} (fix: on {node.name}, rm ~/.ssh/id_ed25519.pub; "
-                      "setup-network derives it again from id_ed25519)")
-    if key_body(line) in [key_body(existing) for existing in (authorized_keys or "").splitlines()]:
-        return None, ""
-    content = authorized_keys or ""
-    content += ("" if not content or content.endswith("\n") else "\n") + line + "\n"
-    return apply.write_change(peer.name, paths.AUTHORIZED_KEYS, authorized_keys, content, mode=0o600,
-                              summary=f"authorize {node.name}'s key"), ""
+def _host_key_refusal(node: Node, peer: Node, peer_keys: tuple[tuple[str, str], ...], verified: tuple[str, str]) -> str:
+    """Why node must not learn peer's host keys ("" when it may): a line that is not one host key, or the key
+    this machine verified on peer's management address missing among them."""
+    bad_host_key = _first_problem(peer_keys)
+    if bad_host_key:
+        return (f"{peer.name}: /etc/ssh/ssh_host_*_key.pub holds a line that is not one host key "
+                f"({bad_host_key}); refusing to teach its host keys to {node.name}")
+    if verified not in peer_keys:
+        return (f"{peer.name}: the host key this machine verified ({fingerprint(*verified)}) "
+                "is not among its /etc/ssh/ssh_host_*_key.pub; refusing to teach it to "
+                f"{node.name} (is another sshd answering on {peer.host}?)")
+    return ""
+
+
+def _authorize_change(target: Node, sources: list[tuple[Node, str | None]],
+                      authorized_keys: str | None) -> tuple[apply.Change | None, list[str]]:
+    """The change appending each source node's public key to target's authorized_keys (None when they are all
+    there or there is none), and a refusal for each source whose .pub is not one public key line."""
+    content, added, refusals = authorized_keys or "", [], []
+    present = [key_body(existing) for existing in content.splitlines()]
+    for node, public_key in sources:
+        if not public_key:
+            continue
+        try:
+            line = public_key_line(public_key)
+        except ValueError as error:
+            refusals.append(f"{node.name}: ~/.ssh/id_ed25519.pub is not one public key line ({error}); refusing to "
+                            f"authorize it on {target.name} (fix: on {node.name}, rm ~/.ssh/id_ed25519.pub; "
+                            "setup-network derives it again from id_ed25519)")
+            continue
+        if key_body(line) in present:
+            continue
+        present.append(key_body(line))
+        content += ("" if not content or content.endswith("\n") else "\n") + line + "\n"
+        added.append(node.name)
+    if not added:
+        return None, refusals
+    whose = f"{added[0]}'s key" if len(added) == 1 else f"{', '.join(added[:-1])} and {added[-1]}'s keys"
+    return apply.write_change(target.name, paths.AUTHORIZED_KEYS, authorized_keys, content, mode=0o600,
+                              summary=f"authorize {whose}"), refusals
 
 
 def _first_problem(keys: tuple[tuple[str, str], ...]) -> str:
@@ -147,9 +171,28 @@ def _first_problem(keys: tuple[tuple[str, str], ...]) -> str:
     return ""
 
 
-def _known_hosts_change(node: Node, peer: Node, known_hosts: str | None,
-                        peer_keys: tuple[tuple[str, str], ...]) -> tuple[apply.Change | None, list[str]]:
-    """Lines teaching node every peer host key under the peer's QSFP addresses and name."""
+def _known_hosts_change(node: Node, peers: list[tuple[Node, tuple[tuple[str, str], ...]]],
+                        known_hosts: str | None) -> tuple[apply.Change | None, list[str]]:
+    """Lines teaching node every host key of each peer under the peer's QSFP addresses and name; a peer whose
+    name or address node already pins to another key is refused and left out."""
+    lines, problems, learnt = [], [], []
+    for peer, peer_keys in peers:
+        peer_lines, peer_problems = _host_lines(node, peer, peer_keys, known_hosts)
+        problems += sorted(set(peer_problems))
+        if peer_lines and not peer_problems:
+            lines += peer_lines
+            learnt.append(f"{peer.name}'s host keys for {', '.join(peer.ssh_names)}")
+    if not lines:
+        return None, problems
+    content = known_hosts or ""
+    content += ("" if not content or content.endswith("\n") else "\n") + "\n".join(lines) + "\n"
+    return apply.write_change(node.name, "~/.ssh/known_hosts", known_hosts, content, mode=0o600,
+                              summary=f"learn {'; '.join(learnt)}"), problems
+
+
+def _host_lines(node: Node, peer: Node, peer_keys: tuple[tuple[str, str], ...],
+                known_hosts: str | None) -> tuple[list[str], list[str]]:
+    """The known_hosts lines node lacks for peer's keys, and the names node pins to another key than peer's."""
     lines, problems = [], []
     for expected in peer_keys:
         missing = []
@@ -164,9 +207,4 @@ def _known_hosts_change(node: Node, peer: Node, known_hosts: str | None,
                 missing.append(name)
         if missing:
             lines.append(f"{','.join(missing)} {expected[0]} {expected[1]}")
-    if problems or not lines:
-        return None, sorted(set(problems))
-    content = known_hosts or ""
-    content += ("" if not content or content.endswith("\n") else "\n") + "\n".join(lines) + "\n"
-    return apply.write_change(node.name, "~/.ssh/known_hosts", known_hosts, content, mode=0o600,
-                              summary=f"learn {peer.name}'s host keys for {', '.join(peer.ssh_names)}"), []
+    return lines, problems

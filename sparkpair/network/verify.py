@@ -15,7 +15,8 @@ from sparkpair import probes
 from sparkpair.checks import SETUP_NETWORK, CheckFunction, Finding, Status, judge, links
 from sparkpair.inventory import Inventory, Node
 from sparkpair.probes import NodeFacts, net
-from sparkpair.transport import NodeConnection, Pair, Shell
+from sparkpair.transport import Node as Connection
+from sparkpair.transport import Pair, Shell
 
 LINK_CHECKS: list[tuple[str, CheckFunction]] = [("links", links.check_links), ("links", links.check_pair_links),
                                                 ("path", links.check_path)]
@@ -91,7 +92,7 @@ def verify_trust(pair: Pair, inventory: Inventory) -> list[str]:
     return _gather_and_judge(pair, inventory, links.trust_probes, TRUST_CHECKS, ["trust.ssh"])
 
 
-def node_state(connection: NodeConnection, node: Node) -> str:
+def node_state(connection: Connection, node: Node) -> str:
     """One line describing a node's twins now (for reports after a failure)."""
     interfaces = probes.gather(connection, [net.INTERFACES]).get(net.INTERFACES)
     if not isinstance(interfaces, dict):

@@ -7,7 +7,8 @@ one node in a single SSH round trip. Parsers take captured text and are unit-tes
 captured output (tests/fixtures/probes).
 
 Holds the probe model and the batch runner here, and the probes by domain: `net`, `rdma`, `host`,
-`docker`, `models`, `ssh`, `prometheus`. May import `sparkpair.transport` and `sparkpair.errors`.
+`docker`, `models`, `drafts` (a trained draft's record), `ranks`, `ssh`, `prometheus`. May import: only the layers below its own in
+pyproject.toml's `[tool.importlinter]` (`transport` and the leaf modules).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from sparkpair.errors import ConnectionLost, last_line
-from sparkpair.transport import TIMED_OUT, NodeConnection, Pair, Shell
+from sparkpair.transport import CommandResult, Node, Pair, Shell
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -252,7 +253,7 @@ def judge(probe: Probe[T], code: int, stdout: str, stderr: str) -> T | ProbeFail
         return ProbeFailure(probe.label, code, f"unexpected output ({error})")
 
 
-def gather(connection: NodeConnection, probes: Sequence[Probe[Any]], timeout: float | None = 60) -> NodeFacts:
+def gather(connection: Node, probes: Sequence[Probe[Any]], timeout: float | None = 60) -> NodeFacts:
     """Run probes on one node in one round trip; each probe maps to its fact or a ProbeFailure."""
     unique = list(dict.fromkeys(probes))
     script = batch_script(unique)
@@ -264,24 +265,24 @@ def gather(connection: NodeConnection, probes: Sequence[Probe[Any]], timeout: fl
         # once more on a new connection; a node that drops it again is reported unreachable.
         result = connection.run(script, timeout=timeout)
     raw = parse_batch(result.stdout)
-    if not raw and result.exit_code not in (0, TIMED_OUT):
+    if not raw and not result.ok and not result.timed_out:
         # Not one probe answered and the round did not time out: its session died before any probe ran
         # (seen on the simulated pair under load: no output, no exit status). A fact about the transport,
         # not the node: asked once more before every probe is reported as failed.
         result = connection.run(script, timeout=timeout)
         raw = parse_batch(result.stdout)
-    missing = (result.exit_code or 255, "", round_lost(result.exit_code, result.stderr, timeout))
+    missing = (result.exit_code or 255, "", round_lost(result, timeout))
     return NodeFacts({probe: judge(probe, *raw.get(index, missing)) for index, probe in enumerate(unique)})
 
 
-def round_lost(exit_code: int, stderr: str, timeout: float | None) -> str:
+def round_lost(result: CommandResult, timeout: float | None) -> str:
     """Why a probe has no answer of its own: the round did not finish in time, or ended without the
     probe's record (its last words, else its exit code)."""
-    if exit_code == TIMED_OUT and timeout:
+    if result.timed_out and timeout:
         return f"the node's probe round did not finish within {timeout:.0f} s"
-    return stderr.strip() or f"the node's probe round ended without this probe's answer (exit {exit_code})"
+    return result.stderr.strip() or f"the node's probe round ended without this probe's answer (exit {result.exit_code})"
 
 
 def gather_pair(pair: Pair, probes: Sequence[Probe[Any]]) -> dict[str, NodeFacts]:
     """`gather` on both nodes at once (one round trip each); a node's exception (unreachable) raises."""
-    return dict(pair.each(lambda connection: gather(connection, probes)).raise_first().values)
+    return dict(pair.each(lambda connection: gather(connection, probes)).raise_failures().values)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from sparkpair.probes import Probe
@@ -116,3 +117,49 @@ def image_commands(image: str, commands: tuple[str, ...]) -> Probe[frozenset[str
 def container(name: str) -> Probe[ContainerState | None]:
     """The container called name; None when there is none."""
     return Probe("container", (name,), api_get(f"/containers/{name}/json"), parse_api_container)
+
+
+@dataclass(frozen=True)
+class ImageConfig:
+    """What the node's engine holds under an image name: its ID (the digest of its config: another build
+    under the same name has another), its registry digests, and the environment and labels it was built with."""
+
+    image_id: str
+    repo_digests: tuple[str, ...]
+    env: dict[str, str]
+    labels: dict[str, str]
+
+
+def _strings(value: object) -> list[str]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+def parse_api_image_config(text: str) -> ImageConfig | None:
+    """Parse GET /images/NAME/json for the ID, RepoDigests, Config.Env and Config.Labels; None when the daemon
+    says 404. Entries of the wrong type are dropped; an ID that is not `sha256:` and 64 hex raises ValueError.
+
+    Sample: tests/fixtures/probes/docker-api-image.txt"""
+    status, body = api_answer(text)
+    if status == 404:
+        return None
+    if status != 200:
+        raise ValueError(f"image inspect answered HTTP {status}: {body.strip()[:200]}")
+    data = json.loads(body)
+    image = str(data.get("Id", ""))
+    if not IMAGE_ID.fullmatch(image):
+        raise ValueError("the image ID is not sha256: and 64 hex digits")
+    config = data.get("Config")
+    config = config if isinstance(config, dict) else {}
+    env = dict(item.partition("=")[::2] for item in _strings(config.get("Env")))
+    labels = config.get("Labels")
+    labels = labels if isinstance(labels, dict) else {}
+    return ImageConfig(image, tuple(sorted(_strings(data.get("RepoDigests")))), env,
+                       {str(key): value for key, value in labels.items() if isinstance(value, str)})
+
+
+IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def image_config(image: str) -> Probe[ImageConfig | None]:
+    """The image's ID, digests, environment and labels on the node; None when the node does not have it."""
+    return Probe("image config", (image,), api_get(f"/images/{image}/json"), parse_api_image_config)

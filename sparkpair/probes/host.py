@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from sparkpair.probes import Probe, expanded_path
+from sparkpair.probes import Probe, expanded_path, printable
 from sparkpair.transport import Shell
 
 
@@ -183,3 +183,39 @@ def file_nonempty(path: str) -> Probe[bool]:
 
 
 INFINIBAND_DEVICES = path_exists("/dev/infiniband")  # the RDMA devices the engine container is given when present
+
+
+VERSION_CAP = 200  # characters of a version string a node reports that are kept (a longer one is not a version)
+
+
+def parse_kernel(text: str) -> str:
+    """Parse `uname -r` (one line: `6.11.0-1016-nvidia`); raises ValueError for output that is not one
+    printable line of at most VERSION_CAP characters (what a node prints never reaches a terminal raw)."""
+    lines = text.strip().splitlines()
+    if len(lines) != 1 or not lines[0].strip() or len(lines[0]) > VERSION_CAP or not printable(lines[0]):
+        raise ValueError("not one printable line")
+    return lines[0].strip()
+
+
+@dataclass(frozen=True)
+class GpuVersions:
+    """The NVIDIA driver and the CUDA version it supports, as nvidia-smi's table header prints them."""
+
+    driver: str
+    cuda: str
+
+
+GPU_VERSIONS_LINE = re.compile(r"Driver Version: *([0-9][0-9.]{0,30}) +CUDA Version: *([0-9][0-9.]{0,30})")
+
+
+def parse_gpu_versions(text: str) -> GpuVersions:
+    """Parse the header of plain `nvidia-smi`: `| NVIDIA-SMI 580.95.05  Driver Version: 580.95.05  CUDA Version:
+    13.0 |` (tests/fixtures/probes/real/nvidia-smi__1.txt). Raises ValueError when no such line is there."""
+    found = GPU_VERSIONS_LINE.search(text)
+    if found is None:
+        raise ValueError("no `Driver Version: ... CUDA Version: ...` line")
+    return GpuVersions(found.group(1), found.group(2))
+
+
+KERNEL = Probe("kernel", (), Shell("uname -r"), parse_kernel)
+GPU_VERSIONS = Probe("gpu versions", (), Shell("nvidia-smi | head -c 4096"), parse_gpu_versions)

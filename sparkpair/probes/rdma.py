@@ -18,7 +18,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-from sparkpair.probes import Probe
+from sparkpair.probes import Probe, parse_sections, section
 from sparkpair.transport import Shell
 
 ROCE_V2 = "RoCE v2"
@@ -217,3 +217,26 @@ GID_TABLES = Probe("rdma gid tables", (), Shell(
     f"cd {SYSFS} 2>/dev/null || {{ echo '{NO_SYSFS}'; exit 0; }}; "
     "grep -s -H . */ports/*/state */ports/*/phys_state */ports/*/link_layer */ports/*/gids/* "
     "*/ports/*/gid_attrs/types/* */ports/*/gid_attrs/ndevs/*"), parse_gid_tables, ok_codes=(0, 1, 2))
+
+
+FIRMWARE_VALUE = re.compile(r"[0-9A-Za-z][0-9A-Za-z._ ()-]{0,63}")
+
+
+def parse_firmware(text: str) -> dict[str, str]:
+    """Parse the firmware sections (`probes.section`, one per RDMA device, named by the device): device ->
+    the version its fw_ver holds (`28.45.4028` on a Spark's ConnectX-7). A device name or value that is not
+    a plain word or version raises ValueError: nothing a node wrote there is shown raw."""
+    versions = {}
+    for device, content in parse_sections(text).items():
+        value = content.strip()
+        if not DEVICE_NAME.fullmatch(device) or not FIRMWARE_VALUE.fullmatch(value):
+            raise ValueError(f"an RDMA device or firmware that is not a plain name ({len(device)} characters)")
+        versions[device] = value
+    return versions
+
+
+DEVICE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# Each device's fw_ver in sysfs (what `ethtool -i` and `ibv_devinfo` report too), where readable.
+FIRMWARE = Probe("rdma firmware", (), Shell(
+    f"for f in {SYSFS}/*/fw_ver; do [ -r \"$f\" ] || continue; d=${{f%/fw_ver}}; d=${{d##*/}}; "
+    + section('"$d"', 'head -c 256 "$f"') + "; done; true"), parse_firmware)

@@ -1,9 +1,13 @@
 """All terminal output: plain lines, tables, diffs and JSON. Nothing else prints.
 
-Data goes to stdout; errors and progress go to stderr, so `--json` output can be piped. Plain
-lines and doctor's findings tables (`table`) are written directly; styled output (errors,
-diffs, status, bench) goes through rich. May import rich, and of sparkpair only `progress` and
-`inventory.messages`.
+Data goes to stdout; errors and progress go to stderr, so `--json` output can be piped. Plain lines and
+doctor's findings tables (`table`) are written directly; styled output (errors, diffs, status, bench)
+goes through rich. Holds the printing here, `table` (doctor's tables laid out), `lock` (the lock's
+differences, the nodes side by side) and `draft` (what `sparkpair train-draft` prints). May import: only
+the layers below its own in pyproject.toml's `[tool.importlinter]`, and at run time only rich,
+`progress` and `inventory.messages`: what it prints (findings, launch and bundle results, status) is
+typed through TYPE_CHECKING imports, so `--json` and `--help` load no flow
+(tests/unit/test_performance_invariants.py).
 """
 
 from __future__ import annotations
@@ -15,14 +19,25 @@ import threading
 import time
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TextIO
 
 from sparkpair.inventory.messages import one_line
 from sparkpair.progress import Event
 from sparkpair.report import table
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from rich.console import Console
+    from rich.progress import Progress, TaskID
+
+    from sparkpair.apply import Change
+    from sparkpair.checks import Finding
+    from sparkpair.engine.bundle import BundleResult
+    from sparkpair.engine.diagnose import Diagnosis
+    from sparkpair.engine.launch import LaunchPlan, LaunchResult
+    from sparkpair.engine.lifecycle import RankLog
+    from sparkpair.engine.lifecycle import Status as EngineStatus
 
 # rich is imported on first use: `--json` output (doctor --json, status --json) never needs it.
 
@@ -54,7 +69,7 @@ def err() -> Console:
 _WRITING = threading.Lock()  # progress lines come from several threads
 
 
-def _write(stream: Any, text: str) -> None:
+def _write(stream: TextIO, text: str) -> None:
     with _WRITING:
         stream.write(text.translate(table.CURSOR_MOVES) + "\n")
         stream.flush()
@@ -80,7 +95,7 @@ def warning(text: str) -> None:
     err().print(f"[yellow]warning:[/] {escape(one_line(text))}")
 
 
-def emit_json(data: Any) -> None:
+def emit_json(data: object) -> None:
     """Machine-readable output: exactly one JSON document on stdout."""
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
     sys.stdout.flush()
@@ -92,9 +107,9 @@ def emit_text(text: str) -> None:
     sys.stdout.flush()
 
 
-def inventory_ok(source: str, summary: dict[str, Any]) -> None:
-    nodes = ", ".join(summary["nodes"])
-    line(f"{source}: OK ({nodes}; profile {summary['profile']}; {summary['files']} files render cleanly)")
+def inventory_ok(source: str, nodes: Sequence[str], profile: str, files: int) -> None:
+    """`inventory check` passed: the nodes, the default profile and how many files render."""
+    line(f"{source}: OK ({', '.join(nodes)}; profile {profile}; {files} files render cleanly)")
 
 
 def written_files(out_dir: Path, paths: list[Path]) -> None:
@@ -111,7 +126,7 @@ def diff(text: str) -> None:
         out().print(f"    [{colour}]{escape(raw)}[/]" if colour else f"    {escape(raw)}")
 
 
-def plan(changes: list[Any], refusals: list[str], show_diffs: bool = True) -> None:
+def plan(changes: Sequence[Change], refusals: list[str], show_diffs: bool = True) -> None:
     """What a command would change, node by node, with diffs; refusals as errors."""
     error_lines(refusals)
     if not changes:
@@ -158,8 +173,8 @@ class _LiveLines:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._printed: dict[str, float] = {}
-        self._bars: Any = None
-        self._tasks: dict[str, Any] = {}
+        self._bars: Progress | None = None
+        self._tasks: dict[str, TaskID] = {}
 
     def show(self, item: Event, text: str) -> None:
         finished = item.total is not None and item.done is not None and item.done >= item.total
@@ -201,33 +216,16 @@ def _amount(item: Event) -> str:
 _LIVE = _LiveLines()
 
 
-def outcomes(results: dict[str, Any], states: dict[str, str] | None = None) -> None:
-    """What an apply did on each node, and the state each node is left in."""
-    for node, outcome in results.items():
-        if outcome.ok:
-            note(f"{node}: applied {len(outcome.applied)} change(s)")
-            continue
-        if outcome.applied:
-            note(f"{node}: applied: {'; '.join(outcome.applied)}")
-        if outcome.failed:
-            error_lines([f"{node}: {outcome.failed_change or 'apply'} failed: {outcome.failed}"])
-        if outcome.not_started:
-            note(f"{node}: not started{' (interrupted)' if outcome.interrupted else ''}: "
-                 f"{'; '.join(outcome.not_started)}")
-    for node, state in (states or {}).items():
-        note(f"{node}: now {state}")
-
-
 def confirm(question: str) -> bool:
     from rich.prompt import Confirm
 
     return Confirm.ask(question, console=err(), default=False)
 
 
-STATUS_STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
+STATUS_STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim", "INFO": "cyan"}
 
 
-def findings(items: list[Any], elapsed: float | None = None) -> None:
+def findings(items: Sequence[Finding], elapsed: float | None = None) -> None:
     """Doctor findings as one table per node (then the pair), and a summary line. On a terminal the detail
     and fix columns fold to its width; piped, each finding stays on one line (for grep)."""
     import shutil
@@ -245,10 +243,11 @@ def findings(items: list[Any], elapsed: float | None = None) -> None:
                 line(text)
     counts = {s: sum(1 for f in items if f.status.value == s) for s in STATUS_STYLE}
     timing = f" in {elapsed:.1f} s" if elapsed is not None else ""
-    line(f"{counts['FAIL']} FAIL, {counts['WARN']} WARN, {counts['OK']} OK, {counts['SKIP']} SKIP{timing}")
+    explained = f", {counts['INFO']} INFO" if counts["INFO"] else ""
+    line(f"{counts['FAIL']} FAIL, {counts['WARN']} WARN, {counts['OK']} OK, {counts['SKIP']} SKIP{explained}{timing}")
 
 
-def launch_plan(planned: Any) -> None:
+def launch_plan(planned: LaunchPlan) -> None:
     """launch --dry-run: the preflight's FAILs, or the config diffs, containers, models and serve line."""
     if planned.preflight:
         preflight_failed(planned.preflight)
@@ -260,12 +259,12 @@ def launch_plan(planned: Any) -> None:
     line("serve: " + planned.serve)
 
 
-def preflight_failed(failures: list[Any]) -> None:
+def preflight_failed(failures: Sequence[Finding]) -> None:
     findings(failures)
     error_lines([f"preflight: {len(failures)} launch-critical check(s) FAIL; nothing was started"])
 
 
-def launch_result(result: Any) -> None:
+def launch_result(result: LaunchResult) -> None:
     """How a launch ended: the endpoint, or what failed with the ranks' last lines and the causes."""
     if result.preflight:
         preflight_failed(result.preflight)
@@ -290,14 +289,14 @@ def launch_result(result: Any) -> None:
     causes(result.failure.causes)
     if result.kept:
         note("left running for inspection (--keep-on-failure); sparkpair logs / sparkpair stop")
-    for name, outcome in result.teardown.items():
-        note(f"{name}: {outcome}")
-    if getattr(result, "logs_kept", ""):
+    for name, stopped in result.teardown.items():
+        note(f"{name}: {stopped}")
+    if result.logs_kept:
         note(result.logs_kept)
     note("evidence from both nodes for a report (logs, versions, state; no secrets): sparkpair bundle")
 
 
-def bundle_result(result: Any) -> None:
+def bundle_result(result: BundleResult) -> None:
     """Where `sparkpair bundle` wrote the archive, what it holds, and what it could not collect."""
     size = sum(item[1] for item in result.files)
     line(f"wrote {result.path}: {len(result.files)} files, {size / 1024:.0f} KiB before compression, "
@@ -306,7 +305,7 @@ def bundle_result(result: Any) -> None:
         note(f"not collected: {item}")
 
 
-def rank_logs(items: list[Any]) -> None:
+def rank_logs(items: Sequence[RankLog]) -> None:
     """Each rank's last lines under a header naming the node and rank."""
     for item in items:
         line(f"==> {item.node} (rank {item.rank}) <==")
@@ -325,7 +324,7 @@ def endpoint(url: str, model: str, ready: bool) -> None:
          "\"content\": \"Hello\"}]).choices[0].message.content)'")
 
 
-def log_tails(texts: dict[str, str]) -> None:
+def log_tails(texts: Mapping[str, str]) -> None:
     """The last lines each rank printed."""
     for name, text in texts.items():
         if text.strip():
@@ -334,7 +333,7 @@ def log_tails(texts: dict[str, str]) -> None:
                 note(f"  {raw}")
 
 
-def causes(items: list[Any]) -> None:
+def causes(items: Sequence[Diagnosis]) -> None:
     """Recognised causes of a failed launch, most likely first, each with its fix, first evidence line
     and runbook section; or say that none was recognised."""
     if not items:
@@ -347,7 +346,7 @@ def causes(items: list[Any]) -> None:
         note(f"  fix: {item.fix} ({item.runbook})")
 
 
-def diagnoses(items: list[Any], serving: bool) -> None:
+def diagnoses(items: Sequence[Diagnosis], serving: bool) -> None:
     """`sparkpair diagnose`: each likely cause, most likely first, with its evidence, fix and runbook."""
     if not items:
         line("no failure found: the start reached serving" if serving else
@@ -362,7 +361,7 @@ def diagnoses(items: list[Any], serving: bool) -> None:
         line(f"   runbook: {item.runbook}")
 
 
-def status(result: Any) -> None:
+def status(result: EngineStatus) -> None:
     """The engine's status as a short table."""
     from rich.table import Table
 

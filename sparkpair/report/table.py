@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import textwrap
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TextIO
 
 # Characters rich's Console drops from what it prints (bell, backspace, vertical tab, form feed, CR):
 # a line or a cell must not move the cursor.
@@ -35,7 +35,7 @@ def ansi(text: str, style: str) -> str:
     return f"\x1b[{code}m{text}\x1b[0m" if code and text else text
 
 
-def wants_colour(stream: Any) -> bool:
+def wants_colour(stream: TextIO) -> bool:
     """Whether stream gets colour, as rich decides it: FORCE_COLOR, else a terminal that is not dumb and no NO_COLOR."""
     if os.environ.get("FORCE_COLOR"):
         return True

@@ -9,8 +9,8 @@ names and the stages of its start. Holds the `Runtime` protocol and `runtime_of`
 module per engine: `trtllm`, `vllm`. A new engine (SGLang) is one new module listed in `RUNTIMES`;
 docs/architecture.md says how.
 
-Pure: no connection. May import `sparkpair.inventory`, `sparkpair.render`, `sparkpair.errors` and
-`sparkpair.paths`.
+Pure: no connection (the `pure` contract). May import: only the layers below its own in pyproject.toml's `[tool.importlinter]`
+(`render`, `inventory`, the leaf modules).
 """
 
 from __future__ import annotations

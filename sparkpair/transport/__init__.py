@@ -1,15 +1,19 @@
 """How sparkpair talks to nodes: SSH (paramiko), Docker and HTTP over that one connection.
 
-Holds `shell` (commands, quoting), `ssh` (one verified connection per node), `tcp` (the socket
-under it: Nagle off, quick ACKs), `lines` (output cut into lines), `pair` (both nodes in parallel,
-`PairResult`), `docker` (Docker actions through the docker CLI over that same connection), `lock`
-(one changing run per pair), `httpio` (every HTTP request: one deadline, a byte cap on the answer)
-and `jsonfields` (typed reads of a JSON answer: a malformed one is one ShapeError). The only
-package that imports paramiko, runs docker or speaks HTTP, and the only place a value is put into a
-remote shell. Takes plain
-connection parameters (`SshTarget`); imports nothing of sparkpair but `errors` and `paths`.
+Holds `node` (`Node`: what every flow asks of a node's connection, a protocol; tests satisfy it with
+scripted nodes), `shell` (commands, quoting), `ssh` (one verified connection per node, the real `Node`),
+`tcp` (the socket under it: Nagle off, quick ACKs), `lines` (output cut into lines), `session` (a node
+program on its own SSH channel), `pair` (both nodes in parallel, `PairResult`), `docker_cli` (Docker
+actions: run, exec, rm through the docker CLI over that same connection), `lock` (one changing run per
+pair), `httpio` (every HTTP request: one deadline, a byte cap on the answer) and `jsonfields` (typed
+reads of a JSON answer: a malformed one is one ShapeError). The only package that imports paramiko or
+speaks HTTP, and the only place a value is put into a remote shell (`Shell`). Docker actions run through
+`docker_cli`; Docker facts are probes like any other (`probes.docker` asks the Engine API with curl
+inside the batched probe round). Takes plain connection parameters (`SshTarget`), never the inventory.
+May import: only the layers below its own in pyproject.toml's `[tool.importlinter]` (`errors`, `paths`).
 """
 
+from sparkpair.transport.node import Node
 from sparkpair.transport.pair import Pair, PairResult
 from sparkpair.transport.shell import PATH_PREFIX, Command, Shell, command_text
 from sparkpair.transport.ssh import (
@@ -21,5 +25,6 @@ from sparkpair.transport.ssh import (
     known_hosts_name,
 )
 
-__all__ = ["PATH_PREFIX", "TIMED_OUT", "Command", "CommandResult", "NodeConnection", "Pair", "PairResult", "Shell", "SshTarget",
+__all__ = ["PATH_PREFIX", "TIMED_OUT", "Command", "CommandResult", "Node", "NodeConnection", "Pair",
+           "PairResult", "Shell", "SshTarget",
            "command_text", "fingerprint", "known_hosts_name"]

@@ -5,7 +5,7 @@ second holds a 5 s request for as long as it likes, and `read()` takes a body of
 request has one deadline (each receive waits at most the time left until it) and reads at most
 `cap` bytes of its answer; a longer answer is refused, not cut. It runs over anything with
 settimeout/recv/sendall/close: a TCP socket (bench, to the endpoint) or an SSH channel (readiness
-and status, `NodeConnection.http`). Standard library only; http.client is imported on first use (it
+and status, `Node.http`). Standard library only; http.client is imported on first use (it
 brings ssl, about 18 ms, and most commands ask no HTTP).
 """
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from sparkpair import paths
 from sparkpair.errors import ConnectError, SparkpairError
-from sparkpair.transport import NodeConnection, Shell
+from sparkpair.transport import Node, Shell
 
 LOCK_FILE = paths.LOCK.removeprefix("~/")
 MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
@@ -150,7 +150,7 @@ def _take_command(path: str, mine: dict[str, object], replacing: str | None) -> 
         link, Shell("} 9<{}", directory)], "; ")
 
 
-def _try_take(head: NodeConnection, mine: dict[str, object], replacing: str | None = None) -> Found | None:
+def _try_take(head: Node, mine: dict[str, object], replacing: str | None = None) -> Found | None:
     """Create the lock in one round trip that also reads it when it is taken; None when taken, else
     the lock found. replacing: the content of a stale lock to remove first, if it is still that."""
     path = f"{head.home}/{LOCK_FILE}"
@@ -165,7 +165,7 @@ def _try_take(head: NodeConnection, mine: dict[str, object], replacing: str | No
     return Found(parse(result.stdout) or {"command": "unknown (unreadable lock file)"}, result.stdout)
 
 
-def release(head: NodeConnection, mine: dict[str, object], warn: object = None) -> None:
+def release(head: Node, mine: dict[str, object], warn: object = None) -> None:
     """Remove the lock if it is still ours; an unreadable lock is not ours: left in place, with a warning.
 
     A head that cannot be reached (a network change cut it off) keeps the lock, with a warning: the
@@ -179,7 +179,7 @@ def release(head: NodeConnection, mine: dict[str, object], warn: object = None) 
             warn(f"{head.name}: could not release the pair's lock ({error.message}); {then}")
 
 
-def _release(head: NodeConnection, mine: dict[str, object], warn: object) -> None:
+def _release(head: Node, mine: dict[str, object], warn: object) -> None:
     """Remove the lock when it holds exactly what this run wrote; one round trip, which also reads it back
     when it is not ours (to warn about an unreadable one)."""
     path = f"{head.home}/{LOCK_FILE}"
@@ -191,7 +191,7 @@ def _release(head: NodeConnection, mine: dict[str, object], warn: object) -> Non
 
 
 @contextlib.contextmanager
-def held(head: NodeConnection, command: str, warn: object = None) -> Iterator[None]:
+def held(head: Node, command: str, warn: object = None) -> Iterator[None]:
     """Hold the pair's lock for the duration of a changing command; a stale lock is taken over (only
     the exact one judged stale), any other lock refuses with its holder named."""
     mine = holder(command)
@@ -209,7 +209,7 @@ def held(head: NodeConnection, command: str, warn: object = None) -> Iterator[No
         release(head, mine, warn)
 
 
-def force_unlock(head: NodeConnection) -> str:
+def force_unlock(head: Node) -> str:
     """Remove the lock whoever holds it; what it said."""
     path = f"{head.home}/{LOCK_FILE}"
     raw = head.read(path)

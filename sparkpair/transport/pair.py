@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from sparkpair.errors import ConnectError, SparkpairError
+from sparkpair.errors import ConnectError, PairError, SparkpairError
+from sparkpair.transport.node import Node
 from sparkpair.transport.ssh import NodeConnection, SshTarget
 
 T = TypeVar("T")
@@ -46,10 +47,11 @@ class PairResult(Generic[T]):
     def __iter__(self) -> Iterator[str]:
         return iter([*self.values, *self.errors])
 
-    def raise_first(self) -> PairResult[T]:
-        """Raise the first node's exception, if any; else return self (for chaining)."""
-        for error in self.errors.values():
-            raise error
+    def raise_failures(self) -> PairResult[T]:
+        """self when the action succeeded on every node (for chaining); else raise one exception that
+        carries every node's failure (`PairError.of`: a lone node's own, or a PairError naming each)."""
+        if self.errors:
+            raise PairError.of(self.errors)
         return self
 
     def error_lines(self, doing: str = "") -> list[str]:
@@ -77,18 +79,26 @@ class Pair:
     """Both nodes' connections, the head first; `each` runs a function on every node in parallel."""
 
     def __init__(self, targets: Sequence[SshTarget], **options: Any) -> None:
-        self.nodes = {target.name: NodeConnection(target, **options) for target in targets}
+        self.nodes: Mapping[str, Node] = {target.name: NodeConnection(target, **options) for target in targets}
         self._order = [target.name for target in targets]
 
+    @classmethod
+    def of(cls, nodes: Sequence[Node]) -> Pair:
+        """A pair of the given nodes, the head first (tests give scripted nodes: tests/fakenode.py)."""
+        pair = cls([])
+        pair.nodes = {node.name: node for node in nodes}
+        pair._order = [node.name for node in nodes]
+        return pair
+
     @property
-    def head(self) -> NodeConnection:
+    def head(self) -> Node:
         return self.nodes[self._order[0]]
 
     @property
-    def worker(self) -> NodeConnection:
+    def worker(self) -> Node:
         return self.nodes[self._order[1]]
 
-    def each(self, action: Callable[[NodeConnection], T], names: Sequence[str] | None = None,
+    def each(self, action: Callable[[Node], T], names: Sequence[str] | None = None,
              cancel: threading.Event | None = None) -> PairResult[T]:
         """action on every named node at once; each node's value or exception, in node order.
 

@@ -16,8 +16,8 @@ from collections import deque
 import paramiko
 
 from sparkpair.errors import ConnectError
+from sparkpair.transport.node import Node
 from sparkpair.transport.shell import PATH_PREFIX, Command, command_text
-from sparkpair.transport.ssh import NodeConnection
 
 END = None  # what `line` returns once the command's output has ended
 
@@ -25,7 +25,7 @@ END = None  # what `line` returns once the command's output has ended
 class RemoteProcess:
     """One command running on a node: `send` to its stdin, `line` reads its stdout, `close` ends it."""
 
-    def __init__(self, connection: NodeConnection, command: Command) -> None:
+    def __init__(self, connection: Node, command: Command) -> None:
         self.node = connection.name
         self.text = command_text(command)
         connection.trace(self.text)

@@ -71,10 +71,11 @@ class CommandResult:
     exit_code: int
     stdout: str
     stderr: str
+    timed_out: bool = False  # the command outlived its timeout (exit_code is then TIMED_OUT): its outcome is unknown
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0
+        return self.exit_code == 0 and not self.timed_out
 
 
 def fingerprint(key_type: str, body: str) -> str:
@@ -236,7 +237,7 @@ class NodeConnection:
         code = self._execute(text, timeout, stdin, out.extend, err.extend)
         stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
         if code is None:
-            return CommandResult(self.name, text, TIMED_OUT, stdout, f"timed out after {timeout} s")
+            return CommandResult(self.name, text, TIMED_OUT, stdout, f"timed out after {timeout} s", timed_out=True)
         return CommandResult(self.name, text, code, stdout, stderr)
 
     def stream(self, command: Command, on_line: Callable[[str], None], *, timeout: float | None = None) -> int:

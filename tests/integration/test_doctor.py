@@ -266,6 +266,22 @@ def test_only_reports_the_chosen_ids_and_groups(pair, tmp_path) -> None:
     assert {f["node"] for f in report.findings} == {"spark-a", "spark-b"}
 
 
+def test_doctor_shows_the_playbook_drift_each_with_its_reason(testbed, tmp_path) -> None:
+    """Every departure of the simulated pair from NVIDIA's playbooks is a row with its reason: sparkpair's own
+    (docs/profiles.md) and the pair's (its inventory's playbook_reasons); an unexplained override warns."""
+    report = doctor(testbed.inventory, "--only", "playbook", env=no_token(tmp_path))
+    assert report.code == 0 and report.bad() == [], report.bad()
+    explained = {f["detail"].split(":", 1)[0]: f["detail"] for f in report.rows("playbook", status="INFO")}
+    assert "Why (docs/profiles.md): keeps MPI's control traffic" in explained["env.OMPI_MCA_oob_tcp_if_include"]
+    assert "Why (playbook_reasons): every address of the simulated pair" in explained["addressing.addresses"]
+    assert "Why (playbook_reasons)" in explained["image"] and "Why (docs/profiles.md)" in explained["addressing.mtu"]
+    env = yaml.safe_load(Path(testbed.inventory).read_text())["container"].get("env", {})
+    changed = variant(testbed, tmp_path, env={**env, "NCCL_SOCKET_IFNAME": "enp1s0f1np1"})
+    warned = doctor(changed, "--only", "playbook.env", env=no_token(tmp_path)).rows("playbook.env", "pair", "WARN")
+    assert [row["detail"].split(":", 1)[0] for row in warned] == ["env.NCCL_SOCKET_IFNAME"], warned
+    assert "playbook_reasons: {env.NCCL_SOCKET_IFNAME: ...}" in warned[0]["fix"]
+
+
 def test_deep_runs_mpi_in_short_lived_containers_and_removes_them(pair, tmp_path) -> None:
     report = doctor(pair.inventory, "--deep", env={**no_token(tmp_path), "HF_TOKEN": TOKEN})
     assert report.bad() == [("FAIL", "deep.nccl", "pair")]   # sockets: no RDMA on the simulated pair (below)

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from sparkpair.checks import Facts, Finding, Status, deep, engine, links, mpijobs, run_checks
+from sparkpair.checks import Facts, Finding, Status, deep, engine, links, run_checks
 from sparkpair.checks.catalog import CHECKS
 from sparkpair.checks.nccltests import parse_nccl_run
+from sparkpair.engine import mpijobs
 from sparkpair.inventory import Inventory, Node, read_inventory
 from sparkpair.probes import NodeFacts, Probe, ProbeFailure, docker, host, models, net, rdma
 from sparkpair.probes.docker import ContainerState, DockerInfo

@@ -1,22 +1,29 @@
-"""docs/architecture.md names every module of every package, and the runtime lists it says to extend agree.
+"""docs/architecture.md and every package's docstring name every module of the package, the page's layers are
+the import-linter contract's, and the runtime lists the page says to extend agree.
 
 A package is documented by a table row whose package cell lists it (`engine/`, or `cli/`, `report/`); each
 module of that package (`sparkpair/<package>/<module>.py`, `__init__` and `__main__` aside) must appear in
 that row as `module`. Top-level modules (`sparkpair/<module>.py`) must appear as `module.py` in the
-"Top-level modules:" paragraph. Adding a module without documenting it fails here.
+"Top-level modules:" paragraph. The docstring of each package's `__init__.py` must name each of its modules
+as `module` too, and say that it may import only the layers of pyproject.toml's `[tool.importlinter]`.
+Adding a module without documenting it fails here.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import re
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "sparkpair"
 DOC = ROOT / "docs" / "architecture.md"
+PYPROJECT = ROOT / "pyproject.toml"
+LAYERS_RULE = "May import: only the layers below its own in pyproject.toml's `[tool.importlinter]`"
 
 PACKAGE_CELL = re.compile(r"`[a-z_]+(?:/[a-z_]+)*/`(?:, `[a-z_]+(?:/[a-z_]+)*/`)*")
 SKIPPED = {"__init__", "__main__"}
@@ -127,3 +134,72 @@ def test_adding_a_runtime_names_every_member_of_the_runtime_protocol() -> None:
     section = section[:section.index("\n## ")]
     missing = sorted(name for name in members if f"`{name}`" not in section)
     assert {"image", "starts", "stages"} <= members and not missing, missing
+
+
+def package_docstrings(root: Path) -> dict[str, str]:
+    """Each package under root (a folder with an `__init__.py`, by its path relative to root, "" for root
+    itself) -> the docstring of its `__init__.py` ("" when it has none)."""
+    found = {}
+    for init in sorted(root.rglob("__init__.py")):
+        if "__pycache__" in init.parts:
+            continue
+        package = init.parent.relative_to(root).as_posix()
+        found["" if package == "." else package] = ast.get_docstring(ast.parse(init.read_text())) or ""
+    return found
+
+
+def undocumented_in_docstrings(root: Path) -> list[str]:
+    """Every module of a package under root (the top level aside) that its package's docstring does not name
+    as `module`, as `package/module.py`."""
+    modules = modules_by_package(root)
+    return [f"{package}/{name}.py" for package, docstring in package_docstrings(root).items() if package
+            for name in modules.get(package, []) if f"`{name}`" not in docstring]
+
+
+def test_every_package_docstring_names_every_module_of_its_package() -> None:
+    missing = undocumented_in_docstrings(PACKAGE)
+    assert not missing, f"the package docstring (its __init__.py) does not name {', '.join(missing)}"
+
+
+def test_a_module_added_without_a_line_in_its_package_docstring_fails(tmp_path: Path) -> None:
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "__init__.py").write_text('"""Holds `launch`."""\n')
+    (tmp_path / "engine" / "launch.py").touch()
+    assert undocumented_in_docstrings(tmp_path) == []
+    (tmp_path / "engine" / "newstage.py").touch()
+    assert undocumented_in_docstrings(tmp_path) == ["engine/newstage.py"]
+
+
+def test_every_package_docstring_defers_to_the_one_layering_rule() -> None:
+    docstrings = package_docstrings(PACKAGE)
+    assert {"engine", "checks", "transport", "report", "cli"} <= set(docstrings)
+    flat = {package: " ".join(text.split()) for package, text in docstrings.items() if package}
+    wrong = sorted(package for package, text in flat.items() if LAYERS_RULE not in text and package != "data")
+    assert not wrong, f"these package docstrings do not say {LAYERS_RULE!r}: {', '.join(wrong)}"
+    assert "never imported by sparkpair's own code" in flat["data"]
+
+
+def contract_layers() -> list[str]:
+    """The layers of pyproject.toml's `pipeline` contract, top first, as written there."""
+    config = tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]
+    pipeline = next(c for c in config["contracts"] if c["id"] == "pipeline")
+    assert pipeline["type"] == "layers"
+    return [" ".join(layer.split()) for layer in pipeline["layers"]]
+
+
+def page_layers(doc: str) -> list[str]:
+    """The layers the page's "## Layers" section lists in its code block, top first."""
+    section = doc[doc.index("\n## Layers\n"):]
+    block = section[section.index("```\n") + 4:]
+    return [" ".join(line.split()) for line in block[:block.index("```")].splitlines() if line.strip()]
+
+
+def test_the_layers_on_the_page_are_the_contracts() -> None:
+    assert page_layers(DOC.read_text()) == contract_layers()
+
+
+def test_every_package_of_sparkpair_is_in_a_layer() -> None:
+    layered = {name.strip() for layer in contract_layers() for name in layer.split("|")}
+    packages = {f"sparkpair.{package}" for package in package_docstrings(PACKAGE) if package and "/" not in package}
+    leaves = {f"sparkpair.{path.stem}" for path in PACKAGE.glob("*.py") if path.stem != "__init__"}
+    assert (packages | leaves) - {"sparkpair.data"} == layered

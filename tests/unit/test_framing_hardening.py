@@ -18,7 +18,7 @@ import pytest
 from sparkpair import paths, probes
 from sparkpair.engine import bundle
 from sparkpair.inventory import read_inventory
-from sparkpair.network import plan as netplan
+from sparkpair.network import netplan
 from sparkpair.probes import Probe, batch_script, host, net, parse_batch, ranks, ssh
 from sparkpair.transport import CommandResult, Shell
 

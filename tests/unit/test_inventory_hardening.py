@@ -15,12 +15,13 @@ from typing import Any
 import paramiko
 import pytest
 import yaml
+from fakenode import FakeNode, containing
 
 from sparkpair.engine import modelfetch
 from sparkpair.errors import InventoryError, SparkpairError, UsageError
 from sparkpair.inventory import hftoken, parse_inventory, read_inventory
 from sparkpair.progress import silent
-from sparkpair.transport import Shell, SshTarget, command_text
+from sparkpair.transport import SshTarget
 from sparkpair.transport.ssh import _connect_error
 
 
@@ -168,27 +169,11 @@ def test_a_token_from_the_environment_or_a_file_is_found(token_env: pytest.Monke
 
 # --- names that reach `hf download` ----------------------------------------------------------------------------
 
-class FakeNode:
-    """Enough of a NodeConnection for modelfetch.download: the node's uid:gid, and the script it streams."""
-
-    name = "spark-a"
-
-    def __init__(self) -> None:
-        self.scripts: list[str] = []
-
-    def check(self, command: Shell, **kwargs: object) -> str:
-        return "1000:1000"
-
-    def stream(self, script: Shell, on_line: object) -> int:
-        self.scripts.append(command_text(script))
-        return 0
-
-
 def test_hub_file_names_follow_a_double_dash(example_inventory_path: Path) -> None:
-    node = FakeNode()
-    modelfetch.download(node, read_inventory(example_inventory_path), "org/m", silent,  # type: ignore[arg-type]
+    node = FakeNode("spark-a").on('printf "%s:%s" "$(id -u)" "$(id -g)"', "1000:1000").on(containing("hf download"))
+    modelfetch.download(node, read_inventory(example_inventory_path), "org/m", silent,
                         files=["-h", "--local-dir=/etc", "a b.safetensors"], total=10)
-    [script] = node.scripts
+    [script] = [call.text for call in node.calls if call.how == "stream"]
     assert "hf download org/m -- -h --local-dir=/etc 'a b.safetensors'" in script
 
 

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakenode import FakeNode, fake_pair, prefix
 
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import read_inventory
 from sparkpair.network import restore
 from sparkpair.progress import Event
-from sparkpair.transport import CommandResult, Pair, Shell
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 INVENTORY = read_inventory(FIXTURES / "inventory" / "sim.yaml")
@@ -33,32 +33,25 @@ def journal_path(name: str) -> str:
     return f"{HOME}/.sparkpair/journal/{name}.json"
 
 
-class FakeNode:
-    """Enough of a NodeConnection for a restore: files by path, first-touch listings, a log of commands."""
-
-    home = HOME
-
-    def __init__(self, name: str, files: dict[str, bytes], listing: str = "") -> None:
-        self.name, self.files, self.listing, self.log = name, dict(files), listing, []
-
-    def read(self, path: str) -> bytes | None:
-        return self.files.get(path)
-
-    def run(self, command: Shell, *, sudo: bool = False, timeout: float | None = None) -> CommandResult:
-        self.log.append(command.text)
-        listed = command.text.startswith("ls -A ") and "first-touch" in command.text and not sudo
-        return CommandResult(self.name, command.text, 0, self.listing if listed else "", "")
-
-    def check(self, command: Shell, *, sudo: bool = False, timeout: float | None = None) -> str:
-        return self.run(command, sudo=sudo).stdout
-
-    @property
-    def changes(self) -> list[str]:
-        return [text for text in self.log if not text.startswith(READ_ONLY)]
+BACKUP = f"{HOME}/.sparkpair/backups/20261125-214637/home%nvidia%.ssh%authorized_keys"  # the trust journal's one backup
+UNDONE = (prefix("netplan generate && netplan apply"), prefix("ip addr flush dev "))  # what restore runs beyond files
 
 
 def node_with(name: str = "spark-a", **journals: bytes) -> FakeNode:
-    return FakeNode(name, {journal_path(command): raw for command, raw in {**JOURNALS, **journals}.items()})
+    """A node holding the real journals (journals replaces some), the files they name and the trust backup."""
+    files = {journal_path(command): raw for command, raw in {**JOURNALS, **journals}.items()}
+    files |= {BACKUP: b"ssh-ed25519 AAAAold before\n", f"{HOME}/.ssh/authorized_keys": b"ssh-ed25519 AAAAold after\n",
+              f"{HOME}/.ssh/id_ed25519": b"key", f"{HOME}/.ssh/id_ed25519.pub": b"pub", f"{HOME}/.ssh/known_hosts": b"kh",
+              "/etc/netplan/40-sparkpair-cx7.yaml": b"network: {}"}
+    node = FakeNode(name, home=HOME, files=files).files_behave()
+    for undone in UNDONE:
+        node.on(undone)
+    return node
+
+
+def changes(node: FakeNode) -> list[str]:
+    """The commands that may change a node: all but the read-only ones."""
+    return [text for text in node.commands if not text.startswith(READ_ONLY)]
 
 
 def assert_one_clear_line(error: SparkpairError, node: str, file: str) -> str:
@@ -75,8 +68,11 @@ def test_the_real_journals_restore_whole() -> None:
         "removed /home/nvidia/.ssh/id_ed25519.pub", "removed /home/nvidia/.ssh/id_ed25519",
         "removed /etc/netplan/40-sparkpair-cx7.yaml", "netplan generate && netplan apply",
         "twins back to their previous MTU, addresses and link state"]
-    assert "cp -a /home/nvidia/.sparkpair/backups/20261125-214637/home%nvidia%.ssh%authorized_keys " \
-        "/home/nvidia/.ssh/authorized_keys" in node.changes
+    assert node.files[f"{HOME}/.ssh/authorized_keys"] == b"ssh-ed25519 AAAAold before\n"  # its backup, put back
+    assert not {f"{HOME}/.ssh/{name}" for name in ("id_ed25519", "id_ed25519.pub", "known_hosts")} & set(node.files)
+    assert "/etc/netplan/40-sparkpair-cx7.yaml" not in node.files
+    assert {journal_path(command) + ".restored" for command in JOURNALS} <= set(node.files)
+    assert [call.sudo for call in node.calls if call.text.startswith(("netplan", "ip "))] == [True, True]
 
 
 @pytest.mark.parametrize("command", sorted(JOURNALS))
@@ -89,7 +85,7 @@ def test_a_journal_cut_at_every_byte_is_one_clear_line_and_changes_nothing(comma
             undo(node, INVENTORY)
         line = assert_one_clear_line(raised.value, "spark-a", journal_path(command))
         assert "it is not whole JSON, cut short or corrupt" in line, (cut, line)
-        assert node.changes == [], cut
+        assert changes(node) == [], cut
 
 
 def _edited(command: str, edit: Any) -> bytes:
@@ -135,14 +131,7 @@ def test_a_corrupt_or_partial_journal_names_what_is_wrong_and_changes_nothing(ca
     with pytest.raises(SparkpairError) as raised:
         restore.undo_last(node, INVENTORY)
     assert said in assert_one_clear_line(raised.value, "spark-a", journal_path(command))
-    assert node.changes == []
-
-
-def fake_pair(*nodes: FakeNode) -> Pair:
-    pair = Pair.__new__(Pair)
-    pair.nodes = {node.name: node for node in nodes}  # type: ignore[misc]
-    pair._order = [node.name for node in nodes]  # type: ignore[attr-defined]
-    return pair
+    assert changes(node) == []
 
 
 def test_restore_last_with_one_unreadable_journal_says_so_per_node_and_changes_neither() -> None:
@@ -153,7 +142,7 @@ def test_restore_last_with_one_unreadable_journal_says_so_per_node_and_changes_n
     assert len(errors) == 1 and errors[0].startswith("spark-b: restore --last failed: the journal "
                                                      f"{journal_path('network')} cannot be read (it is not whole JSON")
     assert ("", "nothing was changed on either node") in [(e.node, e.text) for e in events]
-    assert sound.changes == [] and cut.changes == []
+    assert changes(sound) == [] and changes(cut) == []
 
 
 def test_restore_puts_back_the_node_it_can_and_reports_the_other_exactly() -> None:
@@ -164,24 +153,26 @@ def test_restore_puts_back_the_node_it_can_and_reports_the_other_exactly() -> No
     errors = [event.text for event in events if event.level == "error"]
     assert "spark-a" in results and "removed /etc/netplan/40-sparkpair-cx7.yaml" in results["spark-a"]
     assert len(errors) == 1 and errors[0].startswith("spark-b: restore failed: the journal ")
-    assert sound.changes and cut.changes == []
+    assert changes(sound) and changes(cut) == []
 
 
 @pytest.mark.parametrize("raw", [TWINS[:cut] for cut in range(len(TWINS))] + [b"\xff" + TWINS, b"[1, 2]"],
                          ids=[f"cut-{cut}" for cut in range(len(TWINS))] + ["not-utf8", "a-list"])
 def test_a_twins_record_cut_or_corrupt_is_one_clear_line_and_changes_nothing(raw: bytes) -> None:
     record = "%2Fhome%2Fnvidia%2F.ssh%2Fauthorized_keys"
-    node = FakeNode("spark-a", {TWINS_PATH: raw}, listing=record + "\n")
+    node = FakeNode("spark-a", home=HOME, files={TWINS_PATH: raw, f"{HOME}/.sparkpair/first-touch/{record}": b"keys"})
+    node.files_behave()
     with pytest.raises(SparkpairError) as raised:
         restore.undo_first_touch(node, INVENTORY)
     line = raised.value.lines()[0]
     assert len(raised.value.lines()) == 1 and line.startswith("spark-a: the record of the twins")
     assert f"{TWINS_PATH}, cannot be read" in line and f"(fix: set it aside with mv {TWINS_PATH} " in line
-    assert node.changes == []
+    assert changes(node) == []
 
 
 def test_a_first_touch_record_that_walks_out_of_its_path_is_refused_before_any_change() -> None:
-    node = FakeNode("spark-a", {TWINS_PATH: TWINS}, listing="%2Fetc%2Fnetplan%2F..%2F..%2Froot%2F.bashrc\n")
+    walking = f"{HOME}/.sparkpair/first-touch/%2Fetc%2Fnetplan%2F..%2F..%2Froot%2F.bashrc"
+    node = FakeNode("spark-a", home=HOME, files={TWINS_PATH: TWINS, walking: b"x"}).files_behave()
     with pytest.raises(SparkpairError) as raised:
         restore.undo_first_touch(node, INVENTORY)
-    assert "does not name a clean absolute path" in raised.value.lines()[0] and node.changes == []
+    assert "does not name a clean absolute path" in raised.value.lines()[0] and changes(node) == []

@@ -5,30 +5,25 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 from pathlib import Path
 
 import pytest
+from fakenode import FakeNode, in_local_shell
 
-from sparkpair.transport import CommandResult, lock
+from sparkpair.transport import lock
 
 
-class FakeHead:
-    """A head node whose home is a temporary directory: commands run in a real local shell."""
+def head_at(home: Path, content: bytes | None) -> FakeNode:
+    """A head node whose home is a temporary directory, holding content as its lock file (None: no lock);
+    its commands run in a real local shell (the lock's atomic `ln` and its umask are what is proven)."""
+    lock_path(home).parent.mkdir(parents=True, exist_ok=True)
+    if content is not None:
+        lock_path(home).write_bytes(content)
+    return FakeNode("spark-a", home=str(home)).on(lambda text: True, in_local_shell())
 
-    name = "spark-a"
 
-    def __init__(self, home: Path, content: bytes | None) -> None:
-        self.home = str(home)
-        self.lock = home / lock.LOCK_FILE
-        self.lock.parent.mkdir(parents=True, exist_ok=True)
-        if content is not None:
-            self.lock.write_bytes(content)
-
-    def run(self, command: object) -> CommandResult:
-        done = subprocess.run(["sh", "-c", command.text], capture_output=True)  # type: ignore[attr-defined]
-        return CommandResult(self.name, command.text, done.returncode,  # type: ignore[attr-defined]
-                             done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"))
+def lock_path(home: Path) -> Path:
+    return home / lock.LOCK_FILE
 
 
 MINE = {"user": "op", "host": socket.gethostname(), "pid": os.getpid(), "command": "launch", "since": 0.0}
@@ -36,40 +31,40 @@ MINE = {"user": "op", "host": socket.gethostname(), "pid": os.getpid(), "command
 
 @pytest.mark.parametrize("content", [b"{not json", b"", b"[1, 2]", b'"a string"', b"\xff\xfe"])
 def test_an_unreadable_lock_is_not_ours_left_in_place_and_said_so_in_one_line(tmp_path: Path, content: bytes) -> None:
-    head, warnings = FakeHead(tmp_path, content), []
-    lock.release(head, MINE, warnings.append)  # type: ignore[arg-type]
-    assert head.lock.read_bytes() == content
+    head, warnings = head_at(tmp_path, content), []
+    lock.release(head, MINE, warnings.append)
+    assert lock_path(tmp_path).read_bytes() == content
     assert warnings == [f"spark-a: left the lock {tmp_path}/{lock.LOCK_FILE} in place: it is unreadable, so it may not "
                         "be this run's (`sparkpair unlock` removes it)"]
 
 
 def test_release_removes_only_our_own_lock(tmp_path: Path) -> None:
-    ours = FakeHead(tmp_path / "ours", json.dumps(MINE).encode())
-    theirs = FakeHead(tmp_path / "theirs", json.dumps({**MINE, "pid": 1}).encode())
-    gone = FakeHead(tmp_path / "gone", None)
-    for head in (ours, theirs, gone):
-        lock.release(head, MINE, pytest.fail)  # type: ignore[arg-type]
-    assert not ours.lock.exists() and theirs.lock.exists() and not gone.lock.exists()
+    homes = {name: tmp_path / name for name in ("ours", "theirs", "gone")}
+    heads = [head_at(homes["ours"], json.dumps(MINE).encode()),
+             head_at(homes["theirs"], json.dumps({**MINE, "pid": 1}).encode()), head_at(homes["gone"], None)]
+    for head in heads:
+        lock.release(head, MINE, pytest.fail)
+    assert [lock_path(home).exists() for home in homes.values()] == [False, True, False]
 
 
 def test_take_is_atomic_and_names_the_holder_of_a_taken_lock(tmp_path: Path) -> None:
-    head = FakeHead(tmp_path, None)
-    assert lock._try_take(head, MINE) is None  # type: ignore[arg-type]
-    assert json.loads(head.lock.read_text()) == MINE and oct(head.lock.stat().st_mode & 0o777) == "0o600"
+    head, path = head_at(tmp_path, None), lock_path(tmp_path)
+    assert lock._try_take(head, MINE) is None
+    assert json.loads(path.read_text()) == MINE and oct(path.stat().st_mode & 0o777) == "0o600"
     other = {**MINE, "pid": 1, "host": "laptop"}
-    found = lock._try_take(head, other)  # type: ignore[arg-type]
+    found = lock._try_take(head, other)
     assert found is not None and found.info == MINE and found.content == json.dumps(MINE)
-    assert sorted(p.name for p in head.lock.parent.iterdir()) == [head.lock.name]  # no staged file left
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no staged file left
 
 
 def test_a_lock_damaged_while_held_does_not_hide_the_commands_own_error(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    head, warnings = FakeHead(tmp_path, b"{damaged"), []
+    head, warnings = head_at(tmp_path, b"{damaged"), []
     monkeypatch.setattr(lock, "_try_take", lambda head, mine, replacing=None: None)
     with pytest.raises(RuntimeError, match="the command's own failure"):
-        with lock.held(head, "launch", warnings.append):  # type: ignore[arg-type]
+        with lock.held(head, "launch", warnings.append):
             raise RuntimeError("the command's own failure")
-    assert len(warnings) == 1 and head.lock.read_bytes() == b"{damaged"
+    assert len(warnings) == 1 and lock_path(tmp_path).read_bytes() == b"{damaged"
 
 
 @pytest.mark.parametrize("content, expected", [

@@ -18,6 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from fakenode import FakeNode
 from test_model_node import REPO, REVISION, Copy, make_repo, program, records
 
 from sparkpair import probes
@@ -52,11 +53,6 @@ def probe_output(home: Path) -> str:
         "HOME": str(home), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr
     return done.stdout
-
-
-class Node:
-    def __init__(self, name: str) -> None:
-        self.name = name
 
 
 def read(home: Path) -> models.RepoManifest:
@@ -142,7 +138,7 @@ def test_launch_refuses_a_manifest_with_a_refused_entry_in_one_line(tmp_path: Pa
     monkeypatch.setattr(probes, "gather", lambda connection, asked: {probe: parsed for probe in asked})
 
     with pytest.raises(SparkpairError) as raised:
-        modelsync.read_manifests(Node("spark-a"), inventory, ["org/model"])  # type: ignore[arg-type]
+        modelsync.read_manifests(FakeNode("spark-a"), inventory, ["org/model"])
     (line,) = raised.value.lines()
     assert line.startswith("spark-a: org/model:") and "refs/main" in line and "fix: " in line
     assert "models--org--model" in line and "\n" not in line and "\t" not in line
@@ -162,7 +158,7 @@ def test_a_copy_is_never_started_from_an_unsafe_snapshot(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(modelcopy, "RemoteProcess", never)
     with pytest.raises(SparkpairError) as raised:
-        modelcopy.copy(Node("spark-a"), Node("spark-b"), object(), [],  # type: ignore[arg-type]
+        modelcopy.copy(FakeNode("spark-a"), FakeNode("spark-b"), object(), [],  # type: ignore[arg-type]
                        {"org/model": modelcopy.Snapshot(revision, links)},
                        "tcp", lambda event: None)
     (line,) = raised.value.lines()

@@ -7,12 +7,12 @@ the report says what each one holds. The same on the simulated pair: tests/integ
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from fakenode import FakeNode, fake_pair, in_local_shell
 
 from sparkpair import apply
 from sparkpair.errors import ConnectError
@@ -21,7 +21,6 @@ from sparkpair.network import guarded, rollback, verify, watchdog
 from sparkpair.network.run import SetupRun
 from sparkpair.probes import net
 from sparkpair.progress import Event
-from sparkpair.transport import PairResult
 
 INVENTORY = read_inventory(Path(__file__).parent.parent / "fixtures" / "inventory" / "sim.yaml")
 NODES = [node.name for node in INVENTORY.nodes]
@@ -68,16 +67,6 @@ def test_twins_are_compared_with_their_state_before(now: dict[str, tuple[int, bo
     assert rollback.twins_changed(INVENTORY.node("spark-a"), json.dumps(BEFORE), interfaces) == changed
 
 
-class ShellConnection:
-    """A node whose commands run in a local shell (sudo ignored)."""
-
-    name = "spark-a"
-
-    def check(self, command: object, sudo: bool = False) -> str:
-        return subprocess.run(["sh", "-c", command.text], capture_output=True, text=True,  # type: ignore[attr-defined]
-                              check=True).stdout
-
-
 def test_files_are_compared_with_the_journals_backups(tmp_path: Path) -> None:
     (tmp_path / "kept").write_text("old")
     (tmp_path / "kept.bak").write_text("old")
@@ -89,38 +78,23 @@ def test_files_are_compared_with_the_journals_backups(tmp_path: Path) -> None:
         {"path": str(tmp_path / "changed"), "backup": str(tmp_path / "changed.bak"), "sudo": True},
         {"path": str(tmp_path / "created"), "backup": None, "sudo": True},
         {"path": str(tmp_path / "never"), "backup": None, "sudo": True}])
-    assert rollback.files_changed(ShellConnection(), journal) == [  # type: ignore[arg-type]
+    node = FakeNode("spark-a").on(lambda text: True, in_local_shell())  # cmp and test, as a node runs them
+    assert rollback.files_changed(node, journal) == [
         f"{tmp_path}/changed differs from its backup", f"{tmp_path}/created is there (it was not)"]
 
 
 # --- carried out, against fake nodes -----------------------------------------------------------------
 
-class Node:
-    """A fake node: which side of the apply it is on."""
+class Sides:
+    """Which side of the apply each fake node is on, and how often each was rolled back."""
 
-    def __init__(self, name: str) -> None:
-        self.name, self.side, self.rolled_back = name, "new", 0
-
-    def close(self) -> None:
-        pass
-
-
-class FakePair:
     def __init__(self) -> None:
-        self.nodes = {name: Node(name) for name in NODES}
-
-    def each(self, action, names=None, cancel=None) -> PairResult:  # type: ignore[no-untyped-def]
-        values, errors = {}, {}
-        for name in names or list(self.nodes):
-            try:
-                values[name] = action(self.nodes[name])
-            except Exception as error:  # noqa: BLE001 (as Pair.each)
-                errors[name] = error
-        return PairResult(values, errors)
+        self.side, self.rolled_back = dict.fromkeys(NODES, "new"), dict.fromkeys(NODES, 0)
 
 
-def _run(pair: FakePair, events: list[Event]) -> SetupRun:
+def _run(events: list[Event]) -> SetupRun:
     far = time.monotonic() + 600
+    pair = fake_pair(*(FakeNode(name) for name in NODES))
     run = SetupRun(pair, INVENTORY, SimpleNamespace(stamp="s"), events.append)  # type: ignore[arg-type]
     run.network_applied = True
     run.twins_before = {name: json.dumps(BEFORE) for name in NODES}
@@ -129,42 +103,43 @@ def _run(pair: FakePair, events: list[Event]) -> SetupRun:
 
 
 @pytest.fixture
-def nodes(monkeypatch: pytest.MonkeyPatch) -> FakePair:
+def nodes(monkeypatch: pytest.MonkeyPatch) -> Sides:
     """Both nodes applied and verified; spark-b's watchdog fires as its confirmation arrives."""
-    pair = FakePair()
+    sides = Sides()
     monkeypatch.setattr(guarded, "reconnect", lambda *args, **kw: [])
     monkeypatch.setattr(verify, "verify_link", lambda *args, **kw: [])
 
-    def confirm(node: Node, cancel: bool = False) -> bool:
+    def confirm(node: FakeNode, cancel: bool = False) -> bool:
         if node.name == "spark-b":
-            node.side = "before"  # its watchdog fired: it reverted
+            sides.side[node.name] = "before"  # its watchdog fired: it reverted
             return False
         return True
 
-    def back(run: SetupRun, node: Node, cut_off: bool) -> str:
-        node.side = "before"
+    def back(run: SetupRun, node: FakeNode, cut_off: bool) -> str:
+        sides.side[node.name] = "before"
         return "reverted by its watchdog"
 
-    def roll_back(node: Node, inventory_node: object) -> list[str]:
-        node.side, node.rolled_back = "before", node.rolled_back + 1
+    def roll_back(node: FakeNode, inventory_node: object) -> list[str]:
+        sides.side[node.name], sides.rolled_back[node.name] = "before", sides.rolled_back[node.name] + 1
         return ["removed /etc/netplan/40-sparkpair-cx7.yaml"]
 
     monkeypatch.setattr(watchdog, "confirm", confirm)
     monkeypatch.setattr(guarded, "_back", back)
     monkeypatch.setattr(rollback, "roll_back", roll_back)
-    monkeypatch.setattr(rollback, "differences", lambda node, *args: [NEW] if node.side == "new" else [])
+    monkeypatch.setattr(rollback, "differences", lambda node, *args: [NEW] if sides.side[node.name] == "new" else [])
     monkeypatch.setattr(apply, "read_journal", lambda node, command: apply.Journal(command, "s"))
     monkeypatch.setattr(apply, "mark_restored", lambda node, command: None)
-    monkeypatch.setattr(verify, "node_state", lambda node, inventory_node: NEW if node.side == "new" else "as before")
-    return pair
+    monkeypatch.setattr(verify, "node_state",
+                        lambda node, inventory_node: NEW if sides.side[node.name] == "new" else "as before")
+    return sides
 
 
-def test_a_node_that_confirmed_is_rolled_back_when_the_other_ones_watchdog_fired(nodes: FakePair) -> None:
+def test_a_node_that_confirmed_is_rolled_back_when_the_other_ones_watchdog_fired(nodes: Sides) -> None:
     events: list[Event] = []
-    run = _run(nodes, events)
+    run = _run(events)
     assert guarded._verify_and_confirm(run) is False
-    assert {name: node.side for name, node in nodes.nodes.items()} == {"spark-a": "before", "spark-b": "before"}
-    assert nodes.nodes["spark-a"].rolled_back == 1 and nodes.nodes["spark-b"].rolled_back == 0
+    assert nodes.side == {"spark-a": "before", "spark-b": "before"}
+    assert nodes.rolled_back == {"spark-a": 1, "spark-b": 0}
     assert run.result.rolled_back and not run.armed and run.network_confirmed == []
     said = [(e.node, e.text) for e in events]
     assert ("", "spark-b: its watchdog fired before sparkpair could confirm") in said
@@ -175,12 +150,12 @@ def test_a_node_that_confirmed_is_rolled_back_when_the_other_ones_watchdog_fired
     assert said[-2:] == [("spark-a", "now as before"), ("spark-b", "now as before")]
 
 
-def test_a_node_still_on_the_new_network_after_its_rollback_is_reported_as_such(nodes: FakePair,
+def test_a_node_still_on_the_new_network_after_its_rollback_is_reported_as_such(nodes: Sides,
                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rollback, "roll_back", lambda node, inventory_node: ["netplan generate && netplan apply"])
     monkeypatch.setattr(guarded, "SETTLE_S", 0.0)
     events: list[Event] = []
-    run = _run(nodes, events)
+    run = _run(events)
     assert guarded._verify_and_confirm(run) is False
     assert not run.result.rolled_back
     said = [(e.node, e.text, e.level) for e in events]

@@ -16,8 +16,7 @@ import yaml
 
 from sparkpair import paths
 from sparkpair.inventory import parse_inventory, read_inventory
-from sparkpair.network import lockout, watchdog
-from sparkpair.network import plan as netplan
+from sparkpair.network import lockout, netplan, watchdog
 from sparkpair.probes import net
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"

@@ -12,8 +12,7 @@ import yaml
 from sparkpair import render
 from sparkpair.checks import judge, links
 from sparkpair.inventory import parse_inventory, read_inventory
-from sparkpair.network import plan as netplan
-from sparkpair.network import verify
+from sparkpair.network import netplan, verify
 from sparkpair.probes import NodeFacts, format_sections, host, net
 
 PLAN_KEYS = {"interfaces": net.INTERFACES, "default_routes": net.DEFAULT_ROUTES, "ssh_session": net.SSH_SESSION,

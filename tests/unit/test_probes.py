@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from fakenode import TIMES_OUT, FakeNode, Reply, in_local_shell
 
 from sparkpair.errors import ConnectError, ConnectionLost
 from sparkpair.probes import (
@@ -304,24 +305,13 @@ def test_known_host_pins_from_ssh_keygen(tmp_path: Path) -> None:
         assert run.returncode in probe.ok_codes and probe.parse(run.stdout) == expected
 
 
-class _ScriptedNode:
-    """A node connection whose rounds answer from a script: each run takes the next reply; a reply of None
-    runs the batch with the local sh, as a node would."""
-
-    name = "spark-a"
-
-    def __init__(self, *replies: CommandResult | Exception | None) -> None:
-        self.replies, self.calls = list(replies), 0
-
-    def run(self, command: Shell, timeout: float | None = None) -> CommandResult:
-        self.calls += 1
-        reply = self.replies.pop(0)
-        if isinstance(reply, Exception):
-            raise reply
-        if reply is not None:
-            return reply
-        done = subprocess.run(["sh", "-c", command.text], capture_output=True, text=True, timeout=5)
-        return CommandResult(self.name, command.text, done.returncode, done.stdout, done.stderr)
+def _scripted(*replies: Reply | Exception | None) -> FakeNode:
+    """A node whose rounds answer from a script: each run takes the next reply; a reply of None runs the
+    batch with the local sh, as a node would."""
+    node = FakeNode("spark-a")
+    for reply in replies:
+        node.on(lambda text: True, in_local_shell() if reply is None else reply, times=1)
+    return node
 
 
 ECHO = Probe("echo", (), Shell("echo {}", "here"), str)
@@ -330,37 +320,50 @@ FAILING = Probe("failing", (), Shell("echo broken >&2; exit 3"), str)
 
 def test_a_round_whose_connection_ended_under_it_is_asked_once_more_on_a_new_one() -> None:
     lost = ConnectionLost("connection lost while running `...`: Unable to open channel.", node="spark-a")
-    node = _ScriptedNode(lost, None)
-    facts = gather(node, [ECHO], timeout=60)  # type: ignore[arg-type]
-    assert node.calls == 2 and facts[ECHO] == "here\n"
+    node = _scripted(lost, None)
+    facts = gather(node, [ECHO], timeout=60)
+    assert len(node.calls) == 2 and facts[ECHO] == "here\n"
     with pytest.raises(ConnectionLost):  # dropped twice: the node's problem, said by reach.ssh
-        gather(_ScriptedNode(lost, lost), [ECHO], timeout=60)  # type: ignore[arg-type]
+        gather(_scripted(lost, lost), [ECHO], timeout=60)
+    never = _scripted(ConnectError("no answer from nvidia@198.18.0.12:22 (timed out)"), None)
     with pytest.raises(ConnectError):  # never connected: not asked twice (that would double the wait)
-        gather(_ScriptedNode(ConnectError("no answer from nvidia@198.18.0.12:22 (timed out)"), None), [ECHO])  # type: ignore[arg-type]
+        gather(never, [ECHO])
+    assert len(never.calls) == 1
 
 
 def test_a_round_whose_session_died_before_any_probe_is_asked_once_more() -> None:
-    node = _ScriptedNode(CommandResult("spark-a", "", -1, "", ""), None)
-    facts = gather(node, [ECHO, FAILING], timeout=60)  # type: ignore[arg-type]
-    assert node.calls == 2
+    node = _scripted(Reply(exit_code=-1), None)
+    facts = gather(node, [ECHO, FAILING], timeout=60)
+    assert len(node.calls) == 2
     assert facts[ECHO] == "here\n"
     assert str(facts[FAILING]) == "failing: broken"
 
 
 def test_a_round_lost_twice_says_so_instead_of_blaming_each_probe() -> None:
-    died = CommandResult("spark-a", "", -1, "", "")
-    node = _ScriptedNode(died, died)
-    facts = gather(node, [ECHO], timeout=60)  # type: ignore[arg-type]
-    assert node.calls == 2
+    died = Reply(exit_code=-1)
+    node = _scripted(died, died)
+    facts = gather(node, [ECHO], timeout=60)
+    assert len(node.calls) == 2
     assert str(facts[ECHO]) == "echo: the node's probe round ended without this probe's answer (exit -1)"
 
 
 def test_a_round_that_timed_out_is_not_asked_again_and_says_it_timed_out() -> None:
-    node = _ScriptedNode(CommandResult("spark-a", "", TIMED_OUT, "", "timed out after 60 s"))
-    facts = gather(node, [ECHO, FAILING], timeout=60)  # type: ignore[arg-type]
-    assert node.calls == 1
+    node = _scripted(TIMES_OUT)
+    facts = gather(node, [ECHO, FAILING], timeout=60)
+    assert len(node.calls) == 1
     assert str(facts[ECHO]) == "echo: the node's probe round did not finish within 60 s"
-    assert round_lost(TIMED_OUT, "", None) == "the node's probe round ended without this probe's answer (exit 124)"
+    timed_out = CommandResult("spark-a", "", TIMED_OUT, "", "", timed_out=True)
+    assert round_lost(timed_out, None) == "the node's probe round ended without this probe's answer (exit 124)"
+
+
+def test_a_round_that_exits_124_itself_is_not_a_timeout() -> None:
+    """Only the transport says a round timed out (`timed_out`): a round whose own script exits 124 (a probe's
+    `timeout`, or a hostile node forging the words) is a round that ended without the probes' records."""
+    forged = Reply(stderr="timed out after 60 s", exit_code=TIMED_OUT)
+    node = _scripted(forged, forged)
+    facts = gather(node, [ECHO], timeout=60)
+    assert len(node.calls) == 2  # asked once more, as any round that died before its probes
+    assert str(facts[ECHO]) == "echo: timed out after 60 s"
 
 
 def test_the_ssh_trust_probe_is_bounded_and_says_when_the_login_hung(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from fakenode import FakeNode
 
 from sparkpair import apply
 from sparkpair.apply import executor
@@ -14,7 +15,7 @@ from sparkpair.errors import SparkpairError
 from sparkpair.inventory import read_inventory
 from sparkpair.network import trust
 from sparkpair.probes import NodeFacts, ProbeFailure, ssh
-from sparkpair.transport import CommandResult, Shell
+from sparkpair.transport import Shell
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 SIM = read_inventory(FIXTURES / "inventory" / "sim.yaml")
@@ -76,39 +77,18 @@ def test_known_hosts_learns_the_peer_key_under_every_name_it_answers_to() -> Non
     assert SIM.node("spark-b").ssh_names == ["198.19.1.12", "198.19.2.12", "spark-b"]
 
 
-class FakeNode:
-    """Enough of a NodeConnection for the executor: a set of existing files and a log of commands."""
-
-    name, home = "spark-a", "/home/nvidia"
-
-    def __init__(self, existing: set[str]) -> None:
-        self.existing, self.log, self.saved = set(existing), [], {}
-
-    def run(self, command: Shell, *, sudo: bool = False, timeout: float | None = None) -> CommandResult:
-        self.log.append(command.text)
-        saved = "if [ -e" in command.text and any(f" {path} " in command.text for path in self.existing)
-        return CommandResult(self.name, command.text, 0, "saved\n" if saved else "", "")
-
-    def check(self, command: Shell, *, sudo: bool = False, timeout: float | None = None) -> str:
-        return self.run(command, sudo=sudo).stdout
-
-    def put(self, content: str, path: str, *, mode: int = 0o644, sudo: bool = False) -> None:
-        self.saved[path] = content
-
-    def read(self, path: str) -> bytes | None:
-        return self.saved.get(path, "").encode() or None
-
-
 def test_restore_puts_back_a_file_a_command_overwrote_instead_of_deleting_it() -> None:
     private, public = "/home/nvidia/.ssh/id_ed25519", "/home/nvidia/.ssh/id_ed25519.pub"
-    node = FakeNode({private})
+    node = FakeNode("spark-a", home="/home/nvidia", files={private: "the operator's own key\n"}).files_behave()
     journal = apply.Journal("trust", "20250101-000000")
-    executor._run_action(node, journal, apply.RunCommand(Shell("true"), creates=(trust.KEY, f"{trust.KEY}.pub")))
+    overwrite = Shell("echo a new key > {} && echo a new pub > {}", private, public)
+    executor._run_action(node, journal, apply.RunCommand(overwrite, creates=(trust.KEY, f"{trust.KEY}.pub")))
     assert [(e["path"], bool(e["backup"])) for e in journal.entries] == [(private, True), (public, False)]
+    assert node.text(private) == "a new key\n" and node.text(public) == "a new pub\n"
     done = apply.restore(node, journal)
     assert done == [f"removed {public}", f"restored {private}"]
-    assert f"rm -f {private}" not in node.log and f"cp -a /home/nvidia/.sparkpair/backups/20250101-000000/" \
-        f"home%nvidia%.ssh%id_ed25519 {private}" in node.log
+    assert node.text(private) == "the operator's own key\n" and public not in node.files
+    assert f"rm -f {private}" not in node.commands
 
 
 PEER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl sparkpair@spark-a"

@@ -7,6 +7,7 @@ DGX Sparks on this machine (see docs/testbed.md).
     testbed heal [NAME]
     testbed reset --spec FILE.json | --spec-json JSON
     testbed vllm [--wheelhouse-only]
+    testbed modelopt
 
 Needs root and Linux.  Standard library only.
 """
@@ -17,7 +18,7 @@ import fcntl
 import os
 import sys
 
-from . import faults, lifecycle, reset, vllm_pair, vllm_ray, vllm_wheels
+from . import faults, lifecycle, modelopt_pair, reset, vllm_pair, vllm_ray, vllm_wheels
 from .faults import FAULTS
 from .hostexec import CommandError, node_prefix
 from .layout import CACHE_DIR, INVENTORY, NODES, USER, node
@@ -58,7 +59,18 @@ def parser() -> argparse.ArgumentParser:
                                        "vllm_pair.py)")
     vllm.add_argument("--wheelhouse-only", action="store_true",
                       help="only fill the wheelhouse cache (pip download; needs no pair)")
+    sub.add_parser("modelopt", help="NVIDIA ModelOpt's training image (sparkpair train-draft) in both nodes, after "
+                                    "`vllm` (idempotent, cached; see modelopt_pair.py)")
     return top
+
+
+def do_modelopt() -> int:
+    """The ModelOpt image: the download outside the testbed lock, the pair's part under it."""
+    house = modelopt_pair.ensure_wheelhouse(log)
+    with locked():
+        setup = modelopt_pair.ensure_modelopt(house, log)
+    log(f"ModelOpt {setup['modelopt_version']}: {setup['image']} on both nodes; record: {modelopt_pair.RECORD}")
+    return 0
 
 
 def do_vllm(args) -> int:
@@ -108,6 +120,8 @@ def dispatch(args) -> int:
         return 0 if lifecycle.status(log) else 1
     if args.command == "vllm":
         return do_vllm(args)
+    if args.command == "modelopt":
+        return do_modelopt()
     with locked():
         if args.command == "up":
             lifecycle.up(log)

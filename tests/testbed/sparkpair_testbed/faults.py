@@ -60,6 +60,8 @@ FAULTS = {fault.name: fault for fault in (
           files.disk_full_apply, files.disk_full_heal),
     Fault("gpu-missing", "the node's GPU is gone (nvidia-smi: No devices were found)",
           nodes.gpu_missing_apply, nodes.gpu_missing_heal),
+    Fault("kernel-string", f"the node reports another kernel (uname -r: {nodes.DRIFTED_KERNEL})",
+          nodes.kernel_string_apply, nodes.kernel_string_heal),
     Fault("roce-mtu-1024", "the node's cabled twins at MTU 1500: their RoCE ports run at active_mtu 1024",
           rdma.mtu_1024_apply, rdma.mtu_1024_heal),
     Fault("roce-gid-missing", "the node's RDMA driver holds no GID for enp1s0f1np1's IPv4 address",

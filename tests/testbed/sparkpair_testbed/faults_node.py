@@ -1,4 +1,4 @@
-"""Node faults: a busy port, stopped daemons, a missing peer key, a missing GPU.
+"""Node faults: a busy port, stopped daemons, a missing peer key, a missing GPU, another kernel string.
 
 Each fault is a real change inside the node (a process, a stopped daemon, a
 file gone); apply(node, options) returns what heal(node, data, others) needs.
@@ -107,3 +107,28 @@ def gpu_missing_heal(node: Node, data, others) -> None:
     staged.write_text(json.dumps(data["facts"], indent=2) + "\n")
     node_run(node, ["install", "-m", "644", str(staged), GPU_STATE])
     staged.unlink()
+
+
+DRIFTED_KERNEL = "6.11.0-1099-nvidia-drifted"  # what `uname -r` prints on a node under the kernel-string fault
+UNAME_STANDIN = f"""#!/bin/sh
+# kernel-string fault (sparkpair_testbed/faults_node.py): the node reports another kernel; heal removes this file.
+case "$*" in -r) echo {DRIFTED_KERNEL}; exit 0;; esac
+exec /bin/uname "$@"
+"""
+
+
+def kernel_string_apply(node: Node, options) -> dict:
+    """`uname -r` on the node prints DRIFTED_KERNEL: a uname stand-in first on PATH (/usr/local/bin), as after
+    a kernel update on one node only. Everything else uname prints is the real one's."""
+    path = node.dir / "usr-local-bin" / "uname"
+    if path.exists():
+        raise CommandError(f"{node.name} already has a uname stand-in at {path}")
+    path.write_text(UNAME_STANDIN)
+    path.chmod(0o755)
+    return {"path": str(path)}
+
+
+def kernel_string_heal(node: Node, data, others) -> None:
+    """Remove the uname stand-in: the node reports its real kernel again."""
+    if os.path.exists(data["path"]):
+        os.unlink(data["path"])

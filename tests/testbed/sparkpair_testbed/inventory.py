@@ -43,6 +43,10 @@ def render() -> str:
         f"  image: {VLLM_IMAGE_TAG}",  # built by `scripts/testbed vllm` (the real vLLM's CPU build)
         "server:",
         f"  port: {SERVING_PORT}",
+        # Why the pair departs from NVIDIA's playbooks (doctor's playbook.* rows show these as INFO).
+        "playbook_reasons:",
+        "  image: the simulated pair's stand-in engine image, built by scripts/testbed (docs/testbed.md)",
+        "  addressing.addresses: every address of the simulated pair is in 198.18.0.0/15 (docs/testbed.md)",
     ]
     # No models: section, so no model size is overridden: the profiles' real sizes stand, and the nodes
     # show a GB10's memory and a Spark's disk (gb10.py), so memory and disk are judged as on real Sparks.

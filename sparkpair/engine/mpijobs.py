@@ -26,8 +26,7 @@ from sparkpair.inventory.profiles import Profile
 from sparkpair.probes import docker
 from sparkpair.render import recipe
 from sparkpair.runtimes import trtllm
-from sparkpair.transport import NodeConnection, Pair, PairResult, Shell
-from sparkpair.transport import docker as docker_cli
+from sparkpair.transport import Node, Pair, PairResult, Shell, docker_cli
 
 DOCTOR_DIR = paths.DOCTOR_DIR.removeprefix("~/")
 NCCL_BINARIES = ("all_gather_perf", "/opt/nccl-tests/build/all_gather_perf",
@@ -129,7 +128,7 @@ def _jobs(pair: Pair, facts: Facts, run: DeepRun, container: str, gpus_free: boo
     return _nccl(head, container, prefix, run, gpus_free, nccl_tests)
 
 
-def _nccl(head: NodeConnection, container: str, prefix: list[str], run: DeepRun, gpus_free: bool,
+def _nccl(head: Node, container: str, prefix: list[str], run: DeepRun, gpus_free: bool,
           nccl_tests: str | None) -> DeepRun:
     """all_gather_perf across both ranks as NVIDIA's playbook runs it, with NCCL's INFO lines, or why it did not run."""
     if len(run.stages.get("hosts") or []) < 2:
@@ -161,7 +160,7 @@ def start_short_lived(pair: Pair, facts: Facts, nccl_tests: str | None = None) -
     files = {name: render.node_config_files(doctor, facts.profile, fabrics.get(name)) for name in pair.nodes}
     extra = {nccl_tests_dir(nccl_tests): (nccl_tests_dir(nccl_tests), "ro")} if nccl_tests else {}
 
-    def start(connection: NodeConnection) -> None:
+    def start(connection: Node) -> None:
         if nccl_tests and not connection.run(Shell("test -e {}", nccl_tests)).ok:
             raise SparkpairError(f"--nccl-tests {nccl_tests}: no such file or directory", node=connection.name,
                                  hint="build nccl-tests on both nodes at the same path")
@@ -179,7 +178,7 @@ def start_short_lived(pair: Pair, facts: Facts, nccl_tests: str | None = None) -
     return _errors(pair.each(start))
 
 
-def _wait_listening(connection: NodeConnection, port: int, seconds: float = 15.0) -> None:
+def _wait_listening(connection: Node, port: int, seconds: float = 15.0) -> None:
     """Wait until something listens on port (the container's sshd); SparkpairError after seconds."""
     script = Shell("i=0; while [ $i -lt {} ]; do ss -Htln \"sport = :{}\" | grep -q . && exit 0; "
                    "sleep 0.2; i=$((i+1)); done; exit 1", int(seconds * 5), port)
@@ -190,7 +189,7 @@ def _wait_listening(connection: NodeConnection, port: int, seconds: float = 15.0
 
 def remove_short_lived(pair: Pair, name: str) -> str:
     """Remove `<name>-doctor` and ~/.sparkpair/doctor on both nodes (idempotent). Errors, or ""."""
-    def remove(connection: NodeConnection) -> None:
+    def remove(connection: Node) -> None:
         containers.remove(connection, name)
         connection.check(Shell("rm -rf {}", f"{connection.home}/{DOCTOR_DIR}"))
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from sparkpair.checks import Facts, Finding, run_checks, selected
-from sparkpair.checks.catalog import CHECKS
-from sparkpair.checks.collect import collect
+from sparkpair.checks.catalog import CHECKS, DRIFT_CHECKS
+from sparkpair.engine.collect import collect
 from sparkpair.inventory import Inventory, hftoken
 from sparkpair.inventory.profiles import Profile
 from sparkpair.transport import Pair
@@ -27,13 +27,11 @@ def examine(pair: Pair, inventory: Inventory, profile: Profile, only: set[str] |
     facts = collect(pair, inventory, profile, timeout)
     facts.operator_token = hftoken.find_token() is not None
     facts.serving_node = serving_node
-    checks = list(CHECKS)
+    checks = list(CHECKS) + list(DRIFT_CHECKS)
     if deep:
-        from sparkpair.checks import (  # jinja2 only for --deep
-            deep as deep_checks,
-        )
-        from sparkpair.checks import mpijobs
+        from sparkpair.checks.deep import DEEP_CHECKS, deep_checks  # jinja2 only for --deep
+        from sparkpair.engine import mpijobs
 
-        if any(selected(check_id, only) for check_id, _ in deep_checks.DEEP_CHECKS):
-            checks += deep_checks.deep_checks(mpijobs.run_deep(pair, facts, timeout, nccl_tests))
+        if any(selected(check_id, only) for check_id, _ in DEEP_CHECKS):
+            checks += deep_checks(mpijobs.run_deep(pair, facts, timeout, nccl_tests))
     return facts, run_checks(facts, checks, only)

@@ -12,7 +12,8 @@ from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory, Node
 from sparkpair.inventory.profiles import Profile
 from sparkpair.probes import NodeFacts, Probe, host
-from sparkpair.transport import NodeConnection, Pair
+from sparkpair.transport import Node as Connection
+from sparkpair.transport import Pair
 
 
 def node_probes(inventory: Inventory, node: Node, profile: Profile,
@@ -24,7 +25,7 @@ def node_probes(inventory: Inventory, node: Node, profile: Profile,
             *engine.engine_probes(inventory, profile, verify_budget)]
 
 
-def clock_offset(connection: NodeConnection) -> float:
+def clock_offset(connection: Connection) -> float:
     """The node's clock minus this machine's, measured around one short round trip."""
     before = time.time()
     remote = host.CLOCK.parse(connection.check(host.CLOCK.command))
@@ -36,7 +37,7 @@ def collect(pair: Pair, inventory: Inventory, profile: Profile, timeout: float) 
     """Facts from both nodes in parallel; an unreachable node is recorded, not raised."""
     facts = Facts(inventory, profile)
 
-    def gather(connection: NodeConnection) -> tuple[NodeFacts, float]:
+    def gather(connection: Connection) -> tuple[NodeFacts, float]:
         connection.connect()
         with ThreadPoolExecutor(1) as pool:  # the clock's round trip rides beside the probe round
             clock = pool.submit(clock_offset, connection)

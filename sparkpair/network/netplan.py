@@ -47,7 +47,7 @@ def probe_nodes(pair: Pair, extra: Sequence[probes.Probe[Any]] = (),
     kept apart: planning refuses on any failed fact of its own), from both nodes at once, one round trip each."""
     asked = [*PLAN_PROBES, *extra]
     wanted = beside or {}
-    found = pair.each(lambda c: probes.gather(c, [*asked, *wanted.get(c.name, [])])).raise_first()
+    found = pair.each(lambda c: probes.gather(c, [*asked, *wanted.get(c.name, [])])).raise_failures()
     planning = {name: NodeFacts({probe: facts[probe] for probe in asked}) for name, facts in found.values.items()}
     others = {name: NodeFacts({probe: facts[probe] for probe in wanted.get(name, [])})
               for name, facts in found.values.items()}

@@ -1,0 +1,62 @@
+"""`sparkpair train-draft`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from sparkpair.cli.app import App, cli, pass_app
+from sparkpair.cli.options import known_profile
+
+
+@cli.command("train-draft")
+@click.argument("profile", required=False)
+@click.option("--name", required=True, metavar="ORG/NAME",
+              help="The trained draft's repo name in the model cache (a profile's `draft` may name it).")
+@click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="JSONL prompts ({\"prompt\": ...} or {\"messages\": [...]}) instead of the bundled set; "
+                   "every 5th is held back for the evaluation.")
+@click.option("--steps", type=click.IntRange(1, 1000000), default=200, show_default=True, help="Training steps.")
+@click.option("--max-tokens", type=click.IntRange(1, 32768), default=128, show_default=True,
+              help="Tokens the target generates per training prompt, and bench per request.")
+@click.option("--runtime", type=click.Choice(["vllm"]), default="vllm", show_default=True,
+              help="The runtime that serves the target for the data and the evaluation.")
+@click.option("--image", default=None, metavar="IMAGE",
+              help="The training image on the head, holding nvidia-modelopt[hf] (default nvcr.io/nvidia/pytorch:25.06-py3).")
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True)
+@click.option("--requests", "requests_", type=click.IntRange(1, 10000), default=8, show_default=True,
+              help="bench requests per draft on the held-back prompts.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("train-draft-results"), show_default=True, help="Where bench's files of both drafts go.")
+@click.option("--dry-run", is_flag=True, help="Say which steps would run and which are done already; change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="The result as JSON on stdout.")
+@pass_app
+def train_draft_cmd(app: App, profile: str | None, name: str, prompts: Path | None, steps: int, max_tokens: int,
+                    runtime: str, image: str | None, seed: int, requests_: int, out_dir: Path, dry_run: bool,
+                    as_json: bool) -> int:
+    """Train an Eagle3 draft for PROFILE's target with NVIDIA ModelOpt from the target's own answers, export
+    it into the model cache as NAME and bench it against the profile's current draft (resumable)."""
+    from sparkpair import report
+    from sparkpair.draft import train
+    from sparkpair.draft.flow import DraftOptions, check_options, plan_steps, train_draft
+    from sparkpair.report import draft as draft_report
+
+    inv = app.inventory
+    options = DraftOptions(profile=known_profile(inv, profile), name=name, runtime=runtime, prompts=prompts,
+                           steps=steps, max_tokens=max_tokens, image=image or train.DEFAULT_IMAGE, seed=seed,
+                           requests=requests_, out_dir=out_dir)
+    check_options(inv, options)  # a bad name or profile is refused before any node is asked
+    with app.pair() as pair:
+        pair.connect()
+        if dry_run:
+            plan = plan_steps(pair, inv, options)
+            report.emit_json(plan) if as_json else draft_report.draft_plan(plan)
+            return 0
+        with app.locked(pair, f"train-draft {options.profile}"):
+            result = train_draft(pair, inv, options, report.event)
+    if as_json:
+        report.emit_json(draft_report.as_json(result))
+    else:
+        draft_report.draft_result(result)
+    return 0

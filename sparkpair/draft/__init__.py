@@ -1,0 +1,14 @@
+"""sparkpair train-draft: an Eagle3 draft trained for a profile's target on the pair, from the target's
+own answers, with NVIDIA ModelOpt in a container on the head, exported into the model cache and
+measured against the profile's current draft.
+
+Holds `record` (the draft's record on the head: each finished step with its inputs' digest, so a
+second run resumes after the last finished step and a changed input re-runs its step; pure parts
+tested alone), `data` (the prompt set, hostile JSONL read capped, the held-back split, generation
+through the served endpoint), `train` (the ModelOpt container's command and its progress lines),
+`export` (the exported checkpoint into the HF cache layout on the head, content-hashed, with its
+training record), `evaluate` (bench of both drafts, side by side) and `flow` (the command: data ->
+train -> export -> evaluate, with progress events). Never prints: `report.draft` shows its result.
+May import: only the layers below its own in pyproject.toml's `[tool.importlinter]` (`bench` and everything
+below it).
+"""

@@ -1,0 +1,187 @@
+"""How the nodes are cabled: the links the inventory expects, per topology, and every way they are wrong.
+
+`pair` (two Sparks back-to-back, the default for two nodes): each twin meets the twin of the same name.
+`ring` (three Sparks, NVIDIA's Connect Three Sparks): each QSFP port is cabled to one neighbour, both
+ends of a cable in a subnet of their own. `switch` (NVIDIA's Multi Sparks through a Switch): one port of
+each Spark to a switch whose ports share one layer-2 segment; every node's twin in one subnet per twin,
+or all of them in one subnet. In a ring or through a switch an interface meets every interface of
+another node in its subnet. Pure: the inventory's records in, `Link`s and one-line problems out.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import typing
+from dataclasses import dataclass
+
+if typing.TYPE_CHECKING:
+    from sparkpair.inventory.schema import Inventory, Node
+
+TOPOLOGIES = ("pair", "ring", "switch")
+RING_NODES = 3  # NVIDIA's ring: each Spark has two QSFP ports, one per neighbour
+# A Spark's QSFP interface names the physical port it is a twin of: enp1s0f1np1 and enP2p1s0f1np1 are port f1.
+_PHYSICAL_PORT = re.compile(r"f([0-9]{1,2})np[0-9]{1,2}$")
+
+
+@dataclass(frozen=True)
+class Link:
+    """One link the inventory expects: node_a's interface port_a reaches node_b's port_b in subnet
+    (node_a comes before node_b in the inventory)."""
+
+    node_a: str
+    port_a: str
+    node_b: str
+    port_b: str
+    subnet: ipaddress.IPv4Network
+
+    def far_end(self, node: str) -> tuple[str, str, str]:
+        """(node's own port, the node at the other end, its port) for node, one of the link's two ends."""
+        return (self.port_a, self.node_b, self.port_b) if node == self.node_a else (self.port_b, self.node_a, self.port_a)
+
+
+def physical_port(interface: str) -> str | None:
+    """The physical QSFP port a Spark interface belongs to (`f1` for enp1s0f1np1 and enP2p1s0f1np1); None for a
+    name that does not say (then each interface is taken as a port of its own)."""
+    found = _PHYSICAL_PORT.search(interface)
+    return f"f{found.group(1)}" if found else None
+
+
+def same_half(first: str, second: str) -> bool:
+    """Whether two Spark interfaces are the same half of their ports (enp1s0f0np0 and enp1s0f1np1 are, and
+    enP2p1s0f0np0 and enP2p1s0f1np1; enp1s0f0np0 and enP2p1s0f1np1 are not)."""
+    return _PHYSICAL_PORT.sub("", first) == _PHYSICAL_PORT.sub("", second)
+
+
+def links(inventory: Inventory) -> list[Link]:
+    """Every link the inventory expects, in inventory order: a pair's same-named twins; in a ring or through a
+    switch, every two interfaces of different nodes that share a subnet."""
+    nodes = inventory.nodes
+    if inventory.topology == "pair":
+        head, worker = nodes[0], nodes[-1]
+        return [Link(head.name, twin, worker.name, twin, address.network) for twin, address in head.links.items()
+                if twin in worker.links and worker.links[twin].network == address.network]
+    members = _subnet_members(nodes)
+    found = []
+    for index, node in enumerate(nodes):
+        for port, address in node.links.items():
+            found += [Link(node.name, port, nodes[other].name, far_port, address.network)
+                      for other, far_port in members[address.network] if other > index]
+    return found
+
+
+def neighbours(inventory: Inventory, node: Node) -> list[Node]:
+    """The nodes node shares a link with, in inventory order."""
+    names = {end for link in links(inventory) for end in (link.node_a, link.node_b)
+             if node.name in (link.node_a, link.node_b)} - {node.name}
+    return [other for other in inventory.nodes if other.name in names]
+
+
+def _subnet_members(nodes: list[Node]) -> dict[ipaddress.IPv4Network, list[tuple[int, str]]]:
+    """Subnet -> (node index, interface) of every address in it, in inventory order."""
+    members: dict[ipaddress.IPv4Network, list[tuple[int, str]]] = {}
+    for index, node in enumerate(nodes):
+        for port, address in node.links.items():
+            members.setdefault(address.network, []).append((index, port))
+    return members
+
+
+def node_count_problems(topology: str, count: int) -> list[str]:
+    """The line refusing `count` nodes for topology; empty when the count fits it."""
+    if topology == "pair" and count != 2:
+        return [f"topology: got 'pair' (the default) with {count} nodes; expected 'ring' (three Sparks cabled in a "
+                "ring) or 'switch' (one port of each Spark to a switch) for more than two nodes"]
+    if topology == "ring" and count != RING_NODES:
+        other = "'pair' for two Sparks back-to-back" if count == 2 else "'switch' for more Sparks"
+        return [f"topology: got 'ring' with {count} nodes; expected {RING_NODES} nodes in a ring (each Spark's two "
+                f"QSFP ports cabled to its two neighbours), or {other}"]
+    return []
+
+
+def ring_problems(inventory: Inventory) -> list[str]:
+    """A ring's cabling problems: each cable a subnet of its own, each port cabled to one neighbour, each node's
+    two ports to its two neighbours."""
+    nodes = inventory.nodes
+    members = _subnet_members(nodes)
+    problems = []
+    for subnet, ends in members.items():
+        node_indexes = sorted({index for index, _ in ends})
+        if len(node_indexes) == 1:
+            index, port = ends[0]
+            problems.append(f"nodes[{index}].links.{port}: got {nodes[index].links[port]}, and no other node has an "
+                            f"address in {subnet}; expected the neighbour at the other end of this cable in the same "
+                            "subnet")
+        for index in node_indexes[2:]:
+            port = next(port for i, port in ends if i == index)
+            shared = " and ".join(nodes[i].name for i in node_indexes[:2])
+            problems.append(f"nodes[{index}].links.{port}: got {nodes[index].links[port]}, in {subnet} with {shared} "
+                            "too; expected a subnet of its own for each cable (only its two ends in it)")
+    problems += _overlap_problems(inventory)
+    for index, node in enumerate(nodes):
+        problems += _port_problems(index, node, members, nodes)
+    for first in range(len(nodes)):
+        for second in range(first + 1, len(nodes)):
+            if not any(i == second for address in nodes[first].links.values() for i, _ in members[address.network]):
+                problems.append(f"nodes[{second}].links: no address shares a subnet with {nodes[first].name} "
+                                f"(nodes[{first}]); expected a cable between them: in a ring each Spark's two ports go "
+                                "to its two neighbours, both ends of a cable in one subnet")
+    return problems
+
+
+def _port_problems(index: int, node: Node, members: dict[ipaddress.IPv4Network, list[tuple[int, str]]],
+                   nodes: list[Node]) -> list[str]:
+    """A ring node's ports: a port's twins reach one neighbour; two ports never reach the same one."""
+    reached: dict[str, tuple[str, str]] = {}  # physical port -> (first interface, the neighbour it reaches)
+    problems = []
+    for port, address in node.links.items():
+        others = [nodes[i].name for i, _ in members[address.network] if i != index]
+        physical = physical_port(port)
+        if len(others) != 1 or physical is None:
+            continue
+        twin, neighbour = reached.setdefault(physical, (port, others[0]))
+        if neighbour != others[0]:
+            problems.append(f"nodes[{index}].links.{port}: reaches {others[0]}, but {twin} on the same QSFP port "
+                            f"{physical} reaches {neighbour}; expected both twins of a port on one cable (one "
+                            "neighbour): fix the addresses")
+    by_neighbour: dict[str, list[str]] = {}
+    for physical, (_, neighbour) in reached.items():
+        by_neighbour.setdefault(neighbour, []).append(physical)
+    problems += [f"nodes[{index}].links: ports {' and '.join(ports)} both reach {neighbour}; expected each QSFP port "
+                 "cabled to a different neighbour (port f0 to one, port f1 to the other)"
+                 for neighbour, ports in by_neighbour.items() if len(ports) > 1]
+    return problems
+
+
+def switch_problems(inventory: Inventory) -> list[str]:
+    """Through a switch: every node has the switch port's twins, each twin in one subnet on every node."""
+    head, *others = inventory.nodes
+    problems = []
+    for index, node in enumerate(others, start=1):
+        if set(node.links) != set(head.links):
+            problems.append(f"nodes[{index}].links: got {', '.join(sorted(node.links))}; expected the same interfaces "
+                            f"as nodes[0] ({head.name}): {', '.join(sorted(head.links))} (cable the same port of "
+                            "every Spark to the switch)")
+            continue
+        problems += [f"nodes[{index}].links.{twin}: got {address}, outside {head.name}'s subnet "
+                     f"{head.links[twin].network}; expected every node's {twin} in one subnet (the switch joins "
+                     "them in one layer-2 segment), or every address in one subnet"
+                     for twin, address in node.links.items() if address.network != head.links[twin].network]
+    return problems + _overlap_problems(inventory)
+
+
+def _overlap_problems(inventory: Inventory) -> list[str]:
+    """Two different subnets that overlap (a /16 holding a /24): the kernel would route one through the other.
+    Sorted once, so a long inventory costs n log n, not n squared."""
+    first: dict[ipaddress.IPv4Network, str] = {}
+    for index, node in enumerate(inventory.nodes):
+        for port, address in node.links.items():
+            first.setdefault(address.network, f"nodes[{index}].links.{port}")
+    problems = []
+    outer: ipaddress.IPv4Network | None = None
+    for subnet in sorted(first, key=lambda net: (net.network_address, net.prefixlen)):
+        if outer is not None and subnet.network_address <= outer.broadcast_address:
+            problems.append(f"{first[subnet]}: got a subnet {subnet} that overlaps {first[outer]}'s {outer}; expected "
+                            "subnets that are equal or apart")
+        elif outer is None or subnet.broadcast_address > outer.broadcast_address:
+            outer = subnet
+    return problems

@@ -1,0 +1,180 @@
+"""train-draft's pure parts: the prompt file as hostile input, the held-back split, the generated answer read
+typed, the training's progress lines, the container command, the draft checked against its target, the
+node-side installer (run here on temporary folders), the evaluation's draft override."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkpair.draft import data, evaluate, export, train
+from sparkpair.errors import UsageError
+from sparkpair.inventory.load import parse_inventory
+from sparkpair.transport.jsonfields import ShapeError
+
+
+def _prompts(tmp_path: Path, lines: list[str]) -> Path:
+    path = tmp_path / "prompts.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_bundled_prompts_split_into_training_and_held_back() -> None:
+    split = data.split(data.read_prompts(None))
+    assert split.held_back and split.train
+    assert not any(m in split.train for m in split.held_back)
+    assert len(split.train) + len(split.held_back) == len(data.read_prompts(None).messages)
+
+
+def test_two_prompts_give_one_to_train_on_and_one_held_back(tmp_path: Path) -> None:
+    split = data.split(data.read_prompts(_prompts(tmp_path, ['{"prompt": "a"}', '{"prompt": "b"}'])))
+    assert len(split.train) == 1 and len(split.held_back) == 1
+
+
+def test_a_prompt_file_past_the_cap_is_refused_before_it_is_read(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(data, "PROMPTS_CAP", 100)
+    path = _prompts(tmp_path, ['{"prompt": "' + "x" * 200 + '"}'])
+    with pytest.raises(UsageError, match="more than 100"):
+        data.read_prompts(path)
+
+
+def test_a_symlinked_prompt_file_is_refused(tmp_path: Path) -> None:
+    real = _prompts(tmp_path, ['{"prompt": "a"}', '{"prompt": "b"}'])
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(real)
+    with pytest.raises(UsageError, match="cannot open"):
+        data.read_prompts(link)
+
+
+def test_a_bad_line_is_named_with_its_number(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"prompts.jsonl:2"):
+        data.read_prompts(_prompts(tmp_path, ['{"prompt": "a"}', '{"nope": 1}']))
+
+
+def test_one_prompt_is_too_few(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="at least 2"):
+        data.read_prompts(_prompts(tmp_path, ['{"prompt": "a"}']))
+
+
+def test_an_answer_is_read_typed() -> None:
+    answer = {"choices": [{"message": {"role": "assistant", "content": "spark pair"}}]}
+    assert data.answer_text(json.dumps(answer).encode()) == "spark pair"
+    for hostile in (b"[]", b'{"choices": "x"}', b'{"choices": [{"message": {"content": 5}}]}', b"\xff"):
+        with pytest.raises(ShapeError):
+            data.answer_text(hostile)
+
+
+def test_a_conversation_line_cannot_break_into_two_records() -> None:
+    line = data.conversation_line(0, [{"role": "user", "content": "a\nb"}], 'x"}\n{"conversation_id": 9')
+    assert "\n" not in line
+    parsed = json.loads(line)
+    assert parsed["conversations"][-1] == {"role": "assistant", "content": 'x"}\n{"conversation_id": 9'}
+
+
+def test_only_whole_progress_lines_count_as_training_progress() -> None:
+    step = train.progress_of("sparkpair-train step=3/5 loss=18.7139\n")
+    assert step is not None and (step.step, step.total, step.loss) == (3, 5, 18.7139)
+    for forged in ("x sparkpair-train step=3/5 loss=1", "sparkpair-train step=3/5 loss=1 extra",
+                   "sparkpair-train step=99999999999/5 loss=1", "sparkpair-train step=3/5 loss=" + "1" * 500):
+        assert train.progress_of(forged) is None
+
+
+def test_the_training_container_gets_no_network_and_the_cache_read_only() -> None:
+    command = train.train_command(image="img:1", hf_cache="/home/u/.cache/huggingface", work="/home/u/w x",
+                                  target="Qwen/Q", steps=5, seed=0, user="1000:1000").text
+    assert "--network none" in command and "/home/u/.cache/huggingface:/sparkpair/hf:ro" in command
+    assert "'/home/u/w x:/work'" in command and "--user 1000:1000" in command and "--steps 5" in command
+
+
+def _config(**fields: object) -> bytes:
+    return json.dumps({"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 256, "vocab_size": 1024,
+                       **fields}).encode()
+
+
+def test_a_draft_that_fits_its_target_has_no_problems() -> None:
+    assert export.draft_problems(_config(), _config(architectures=["Qwen3MoeForCausalLM"])) == []
+
+
+def test_a_draft_of_another_size_or_architecture_is_named_field_by_field() -> None:
+    problems = export.draft_problems(_config(hidden_size=512, architectures=["LlamaForCausalLM"]), _config())
+    assert any("hidden_size 512" in p and "256" in p for p in problems)
+    assert any("architectures" in p for p in problems)
+    assert export.draft_problems(b"not json", _config())
+
+
+def test_the_training_json_keeps_only_typed_fields() -> None:
+    raw = json.dumps({"modelopt_version": "0.47.0" + "x" * 500, "losses": [1.0, "evil", 2], "steps": "5",
+                      "world_size": 2}).encode()
+    kept = export.parse_training(raw)
+    assert kept["modelopt_version"].startswith("0.47.0") and len(kept["modelopt_version"]) == 64
+    assert kept["losses"] == [1.0, 2.0] and "steps" not in kept and kept["world_size"] == 2
+    assert export.parse_training(b"[1]") == {} and export.parse_training(b"\xff") == {}
+
+
+def _install(staging: Path, hub: Path, folder: str = "models--local--d") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-", str(staging), str(hub), folder], input=export.installer_text(),
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_installer_puts_the_draft_in_the_cache_layout(tmp_path: Path) -> None:
+    staging, hub = tmp_path / "draft", tmp_path / "hub"
+    staging.mkdir()
+    (staging / "config.json").write_text("{}")
+    (staging / "model.safetensors").write_bytes(b"\0" * 100)
+    done = _install(staging, hub)
+    assert done.returncode == 0, done.stderr
+    commit, files = export.parse_installed(done.stdout)
+    repo = hub / "models--local--d"
+    assert (repo / "refs" / "main").read_text() == commit
+    for name, (sha, size) in files.items():
+        link = repo / "snapshots" / commit / name
+        assert os.readlink(link) == f"../../blobs/{sha}" and link.stat().st_size == size
+    again = _install(staging, hub)  # idempotent: same content, same revision
+    assert export.parse_installed(again.stdout)[0] == commit
+
+
+@pytest.mark.parametrize("hostile", ["symlink", "dotfile", "subdir"])
+def test_the_installer_refuses_what_is_not_a_plain_checkpoint_file(tmp_path: Path, hostile: str) -> None:
+    staging, hub = tmp_path / "draft", tmp_path / "hub"
+    staging.mkdir()
+    (staging / "config.json").write_text("{}")
+    secret = tmp_path / "secret"
+    secret.write_text("token")
+    if hostile == "symlink":
+        (staging / "model.safetensors").symlink_to(secret)
+    elif hostile == "dotfile":
+        (staging / ".hidden").write_text("x")
+    else:
+        (staging / "sub").mkdir()
+    done = _install(staging, hub)
+    assert done.returncode == 1 and done.stderr.startswith("draft-install: ")
+    assert not any((hub / "models--local--d" / "blobs").glob("*")) if (hub / "models--local--d").exists() else True
+
+
+def test_the_installer_refuses_a_folder_outside_the_cache(tmp_path: Path) -> None:
+    staging = tmp_path / "draft"
+    staging.mkdir()
+    (staging / "config.json").write_text("{}")
+    assert _install(staging, tmp_path / "hub", "models--../../etc").returncode == 1
+
+
+INVENTORY = """
+cluster: {name: p, user: u, ssh_key: /k, known_hosts: /h}
+nodes:
+  - {name: a, host: 198.18.0.11, links: {enp1s0f1np1: 198.19.1.11/24}}
+  - {name: b, host: 198.18.0.12, links: {enp1s0f1np1: 198.19.1.12/24}}
+"""
+
+
+def test_the_evaluation_serves_the_trained_draft_on_the_runtime_asked_for() -> None:
+    inventory = parse_inventory(yaml.safe_load(INVENTORY))
+    changed = evaluate.with_draft(inventory, "qwen3-235b", "vllm", "local/mine")
+    assert changed.profile("qwen3-235b", "vllm").draft == "local/mine"
+    assert inventory.profile("qwen3-235b", "vllm").draft != "local/mine"
+    assert evaluate.with_draft(inventory, "qwen3-235b", "vllm", None) is inventory
