@@ -157,8 +157,11 @@ class FakeNode:
         self.puts.append((path, data, mode, sudo))
         self.files[path], self.modes[path] = data, mode
 
-    def read(self, path: str) -> bytes | None:
-        return self.files.get(path)
+    def read(self, path: str, cap: int = 16 << 20, timeout: float = 30.0) -> bytes | None:
+        content = self.files.get(path)
+        if content is not None and len(content) > cap:
+            raise RemoteCommandError(self.name, f"read {path}", 1, f"{path} is larger than {cap} bytes")
+        return content
 
     def http(self, port: int, method: str, path: str, body: bytes | None = None, timeout: float = 10.0,
              cap: int = ANSWER_CAP) -> HttpReply | None:

@@ -47,8 +47,9 @@ class Node(Protocol):
     def put(self, content: str | bytes, path: str, *, mode: int = 0o644, sudo: bool = False) -> None:
         """path holds content, written atomically."""
 
-    def read(self, path: str) -> bytes | None:
-        """A user-readable file's content, or None when it does not exist."""
+    def read(self, path: str, cap: int = ..., timeout: float = ...) -> bytes | None:
+        """A user-readable file's content, or None when it does not exist; at most cap bytes within timeout
+        seconds (RemoteCommandError beyond either)."""
 
     def http(self, port: int, method: str, path: str, body: bytes | None = None, timeout: float = 10.0,
              cap: int = httpio.ANSWER_CAP) -> httpio.Reply | None:

@@ -22,8 +22,9 @@ from pathlib import Path
 
 from sparkpair.errors import ConnectError, ConnectionLost, RemoteCommandError
 from sparkpair.paths import UPLOAD_PREFIX, under_home
-from sparkpair.transport import httpio, tcp
+from sparkpair.transport import httpio, sftpread, tcp
 from sparkpair.transport.lines import LineSink
+from sparkpair.transport.sftpread import READ_CAP, READ_TIMEOUT_S
 from sparkpair.transport.shell import PATH_PREFIX, Command, Shell, command_text
 
 # paramiko.config imports invoke, when installed, only to run the `Match exec` lines of ssh_config files, which
@@ -305,13 +306,10 @@ class NodeConnection:
         self.check(Shell("install -m {} -o root -g root {} {} && mv -f {} {}; rc=$?; rm -f {}; exit $rc",
                          format(mode, "o"), temp, staged, staged, path, temp), sudo=True)
 
-    def read(self, path: str) -> bytes | None:
-        """A file's content, or None when it does not exist (user-readable files only)."""
-        try:
-            with self._sftp_client().open(path, "rb") as handle:
-                return bytes(handle.read())
-        except FileNotFoundError:
-            return None
+    def read(self, path: str, cap: int = READ_CAP, timeout: float = READ_TIMEOUT_S) -> bytes | None:
+        """A file's content, or None when it does not exist (user-readable files only): at most cap bytes,
+        within timeout seconds in all; a larger file or a slower node is a RemoteCommandError naming the path."""
+        return sftpread.read_capped(self._sftp_client(), self.name, path, cap, timeout)
 
     def http(self, port: int, method: str, path: str, body: bytes | None = None, timeout: float = 10.0,
              cap: int = httpio.ANSWER_CAP) -> httpio.Reply | None:
