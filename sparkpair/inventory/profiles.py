@@ -119,7 +119,9 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
     "gpt-oss-120b": {
         "description": "GPT-OSS-120B + Eagle3 on one Spark (NVIDIA single-Spark recipe)",
         "target": "openai/gpt-oss-120b",
-        "draft": "nvidia/gpt-oss-120b-Eagle3",
+        # The speculative-decoding playbook's current draft (its 1.3.0rc12 recipe); the older one named
+        # nvidia/gpt-oss-120b-Eagle3, which the vLLM variant keeps (docs/profiles.md, On vLLM).
+        "draft": "nvidia/gpt-oss-120b-Eagle3-long-context",
         "decoding_type": "Eagle",
         "max_draft_len": 5,
         "tp_size": 1,
@@ -138,6 +140,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
             # NVIDIA's (docs/profiles.md, On vLLM).
             "vllm": {
                 "description": "GPT-OSS-120B + Eagle3 on one Spark on vLLM",
+                "draft": "nvidia/gpt-oss-120b-Eagle3",
                 "decoding_type": "Eagle3",
                 "max_draft_len": 3,
                 "serve_args": {"max_model_len": 8192, "gpu_memory_utilization": 0.8},

@@ -215,12 +215,11 @@ def test_a_node_with_one_twin_is_told_to_give_it_both() -> None:
     assert warned["env.UCX_NET_DEVICES"].fix.startswith("give each node both twins of the cabled port")
 
 
-def test_the_built_in_profiles_depart_only_with_reasons_but_one() -> None:
-    """Every built-in on every runtime it has, on the example inventory: the one unexplained departure is
-    gpt-oss-120b's draft, which predates the playbook's long-context one (doctor warns until the profile
-    follows it or docs/profiles.md records why)."""
+def test_the_built_in_profiles_depart_only_with_reasons() -> None:
+    """Every built-in on every runtime it has, on the example inventory: no unexplained departure (gpt-oss-120b
+    follows the playbook's long-context draft since doctor found it still on the earlier one)."""
     example = inventory()
     unexplained = {(name, runtime, key) for name in example.profiles for runtime in ("trtllm", "vllm")
                    if runtime == example.profiles[name].runtime or runtime in example.profiles[name].variants
                    for key in departures(drift(example, name, runtime), Status.WARN)}
-    assert unexplained == {("gpt-oss-120b", "trtllm", "model.draft")}
+    assert unexplained == set()

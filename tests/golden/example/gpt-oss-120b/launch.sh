@@ -20,8 +20,8 @@ docker run -d --name trtllm-multinode --network host --ipc host --ulimit=memlock
 
 # 4. Models into the HF cache, verified by manifest  [on spark-a]
 docker exec -u "$(id -u):$(id -g)" trtllm-multinode hf download openai/gpt-oss-120b
-docker exec -u "$(id -u):$(id -g)" trtllm-multinode hf download nvidia/gpt-oss-120b-Eagle3
-# stable draft path: /sparkpair/hf/sparkpair-models/nvidia--gpt-oss-120b-Eagle3 -> ../hub/models--nvidia--gpt-oss-120b-Eagle3/snapshots/$(cat refs/main)
+docker exec -u "$(id -u):$(id -g)" trtllm-multinode hf download nvidia/gpt-oss-120b-Eagle3-long-context
+# stable draft path: /sparkpair/hf/sparkpair-models/nvidia--gpt-oss-120b-Eagle3-long-context -> ../hub/models--nvidia--gpt-oss-120b-Eagle3-long-context/snapshots/$(cat refs/main)
 
 # 5. Serve (detached; rank output in the container)  [on spark-a]
 docker exec -d trtllm-multinode sh -c 'mkdir -p /var/log/sparkpair && exec trtllm-serve openai/gpt-oss-120b --backend pytorch --max_batch_size 1 --tp_size 1 --extra_llm_api_options /sparkpair/config/extra-llm-api-config.yml --port 8355 --host 0.0.0.0 > /var/log/sparkpair/serve.log 2>&1'
