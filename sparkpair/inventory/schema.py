@@ -257,7 +257,12 @@ class Inventory:
 
     def links(self) -> list[Link]:
         """Every link the topology expects (topology.links): the one input of the link checks."""
-        return links(self)
+        return list(self._expected_links)
+
+    @cached_property
+    def _expected_links(self) -> tuple[Link, ...]:
+        """links(), computed once: the link checks ask for it per node and per check."""
+        return tuple(links(self))
 
     def neighbours(self, node: Node) -> list[Node]:
         """The nodes node shares a link with, in inventory order."""

@@ -72,7 +72,7 @@ def links(inventory: Inventory) -> list[Link]:
 
 def neighbours(inventory: Inventory, node: Node) -> list[Node]:
     """The nodes node shares a link with, in inventory order."""
-    names = {end for link in links(inventory) for end in (link.node_a, link.node_b)
+    names = {end for link in inventory.links() for end in (link.node_a, link.node_b)
              if node.name in (link.node_a, link.node_b)} - {node.name}
     return [other for other in inventory.nodes if other.name in names]
 
@@ -115,7 +115,8 @@ def ring_problems(inventory: Inventory) -> list[str]:
             port = next(port for i, port in ends if i == index)
             shared = " and ".join(nodes[i].name for i in node_indexes[:2])
             problems.append(f"nodes[{index}].links.{port}: got {nodes[index].links[port]}, in {subnet} with {shared} "
-                            "too; expected a subnet of its own for each cable (only its two ends in it)")
+                            "too; expected a subnet of its own for each cable (only its two ends in it), or topology: switch "
+                            "when a switch joins them")
     problems += _overlap_problems(inventory)
     for index, node in enumerate(nodes):
         problems += _port_problems(index, node, members, nodes)

@@ -1,7 +1,8 @@
 """setup-network's planner: netplan for the QSFP twins from probe facts, guarded by `lockout`.
 
 `plan_network` is pure (facts in, changes, refusals or warnings out) so it is tested from captured
-probe output; `probe_nodes` gathers those facts from both nodes in one round trip each.
+probe output; `probe_nodes` gathers those facts from every node in one round trip each (a plan is
+per node, so any topology's nodes are planned alike).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Holds `node` (`Node`: what every flow asks of a node's connection, a protocol; tests satisfy it with
 scripted nodes), `shell` (commands, quoting), `ssh` (one verified connection per node, the real `Node`),
-`sftpread` (a node's file read with a byte cap and a deadline), `tcp` (the socket under it: Nagle off, quick ACKs), `lines` (output cut into lines), `session` (a node
+`sftpread` (a node's file read with a byte cap and a deadline), `tcp` (the socket under it: Nagle off,
+quick ACKs), `lines` (output cut into lines), `session` (a node
 program on its own SSH channel), `pair` (both nodes in parallel, `PairResult`), `docker_cli` (Docker
 actions: run, exec, rm through the docker CLI over that same connection), `lock` (one changing run per
 pair), `httpio` (every HTTP request: one deadline, a byte cap on the answer) and `jsonfields` (typed

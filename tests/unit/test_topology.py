@@ -151,7 +151,7 @@ RING_MISTAKES = [
      "expected the neighbour at the other end of this cable in the same subnet"),
     ("a subnet reused for two cables", lambda d: _set(d, 2, F1B, "198.19.11.3/24"),
      "nodes[2].links.enP2p1s0f1np1: got 198.19.11.3/24, in 198.19.11.0/24 with spark-a and spark-b too; expected a "
-     "subnet of its own for each cable (only its two ends in it)"),
+     "subnet of its own for each cable (only its two ends in it), or topology: switch when a switch joins them"),
     ("a port's twins on two cables", lambda d: _set(_set(d, 0, F0B, "198.19.41.1/24"), 2, F0B, "198.19.41.2/24"),
      "nodes[0].links.enP2p1s0f0np0: reaches spark-c, but enp1s0f0np0 on the same QSFP port f0 reaches spark-b; "
      "expected both twins of a port on one cable (one neighbour): fix the addresses"),
