@@ -15,6 +15,7 @@ import hashlib
 import json
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,10 @@ from sparkpair.engine.launch import LaunchOptions, resolve
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory
 from sparkpair.inventory import Node as InventoryNode
+from sparkpair.inventory.messages import one_line
 from sparkpair.inventory.profiles import Profile
 from sparkpair.lockfile import Lock, ModelLock, NodeLock
-from sparkpair.lockfile.compare import ABSENT, UNREADABLE, Difference, compare, differences_json, rows_json, side_by_side
+from sparkpair.lockfile.compare import ABSENT, PAIR, UNREADABLE, Difference, compare, differences_json, rows_json, side_by_side
 from sparkpair.lockfile.store import read_lock
 from sparkpair.probes import NodeFacts, Probe, ProbeFailure, docker, host, models, net, rdma
 from sparkpair.runtimes import rank_nodes, runtime_of
@@ -199,8 +201,14 @@ def launch_lock(pair: Pair, inventory: Inventory, options: LaunchOptions, invent
 
 def drift(pair: Pair, inventory: Inventory, options: LaunchOptions, locked: Lock,
           inventory_file: Path | None) -> list[Difference]:
-    """Every difference between locked and what the launch's rank nodes hold now (read-only: one round each)."""
-    return compare(locked, launch_lock(pair, inventory, options, inventory_file))
+    """Every difference between locked and what the launch's rank nodes hold now (read-only: one round each).
+    A node that cannot be asked is one difference (`node`: found `unreadable`, the reason in its fix): --locked
+    refuses it; without, it is a warning and launch's preflight says what is wrong."""
+    try:
+        return compare(locked, launch_lock(pair, inventory, options, inventory_file))
+    except SparkpairError as error:
+        return [Difference(error.node or PAIR, "node", "locked", UNREADABLE,
+                           f"{one_line(error.lines()[0])}: sparkpair doctor says why")]
 
 
 def bundle_files(pair: Pair, inventory: Inventory, profile: Profile, inventory_file: Path | None,
@@ -224,7 +232,8 @@ def bundle_files(pair: Pair, inventory: Inventory, profile: Profile, inventory_f
     files.append(Collected("diff.json", json.dumps(rows_json(rows, (names[0], names[1])), indent=2),
                            "sparkpair diff --json"))
     if locked is not None:
-        differences = compare(locked, found)
+        locked_nodes = replace(found, nodes={name: lock for name, lock in found.nodes.items() if name in locked.nodes})
+        differences = compare(locked, locked_nodes)  # a single-node profile's lock names its one node
         files.append(Collected("diff-lock.json", json.dumps(differences_json(differences, str(lock_file)), indent=2),
                                f"sparkpair diff --lock {lock_file} --json"))
     return files, missing

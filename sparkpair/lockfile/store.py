@@ -32,10 +32,16 @@ def read_lock(path: Path) -> Lock | None:
     except OSError as error:
         why = "a symbolic link (not followed)" if error.errno == errno.ELOOP else error.strerror or str(error)
         raise UsageError(f"cannot read the lock {path}: {why}", hint="point --lock at the lock file itself") from None
-    with os.fdopen(descriptor, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             raise UsageError(f"the lock {path} is not a regular file", hint="point --lock at a lock file")
-        raw = handle.read(LOCK_CAP + 1)
+        with os.fdopen(descriptor, "rb", closefd=False) as handle:
+            raw = handle.read(LOCK_CAP + 1)
+    except OSError as error:
+        raise UsageError(f"cannot read the lock {path}: {error.strerror or error}",
+                         hint="point --lock at the lock file itself") from None
+    finally:
+        os.close(descriptor)
     return Lock.from_json(raw, str(path))
 
 

@@ -232,6 +232,8 @@ def test_reading_refuses_a_link_and_a_missing_lock_is_none(tmp_path: Path) -> No
     os.mkfifo(tmp_path / "fifo.lock")
     with pytest.raises(UsageError, match="not a regular file"):
         read_lock(tmp_path / "fifo.lock")
+    with pytest.raises(UsageError, match="not a regular file"):
+        read_lock(tmp_path)  # `--lock ''` names the working directory
     assert default_path(tmp_path / "inventory.yaml") == tmp_path / "sparkpair.lock"
 
 
@@ -293,3 +295,14 @@ def test_netplan_hashes_alike_across_nodes_when_only_their_own_words_differ(laun
     twin = str(next(iter(a.links.values())).ip)
     assert masked(inventory, a.name, f"- {twin}1/24") == f"- {twin}1/24"  # a longer address is not the node's
     assert masked(inventory, a.name, f"{a.host} {a.name}") == "{host} {node}"
+
+
+def test_a_node_that_cannot_be_asked_is_one_difference_not_a_crash(example_inventory_path: Path) -> None:
+    class Unreachable:
+        def each(self, *args: object, **kwargs: object) -> object:
+            raise SparkpairError("cannot connect: Connection refused\nsecond line", node="spark-b")
+
+    inventory = read_inventory(example_inventory_path)
+    found = lockflow.drift(Unreachable(), inventory, LaunchOptions(profile="qwen3-235b"), lock(), None)  # type: ignore[arg-type]
+    assert [(d.node, d.field, d.found) for d in found] == [("spark-b", "node", "unreadable")]
+    assert "Connection refused" in found[0].fix and "\n" not in difference_line(found[0])
