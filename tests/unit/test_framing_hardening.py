@@ -14,30 +14,22 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from fakenode import FakeNode, in_local_shell
 
 from sparkpair import paths, probes
 from sparkpair.engine import bundle
 from sparkpair.inventory import read_inventory
 from sparkpair.network import netplan
 from sparkpair.probes import Probe, batch_script, host, net, parse_batch, ranks, ssh
-from sparkpair.transport import CommandResult, Shell
+from sparkpair.transport import Shell
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 FRAMING_BYTES = "\x1c\x1d\x1e\x1f"
 
 
-class _LocalNode:
-    """A node connection that runs each round with the local bash, PATH and HOME as given."""
-
-    name = "spark-a"
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.env = env
-
-    def run(self, command: Shell, timeout: float | None = None) -> CommandResult:
-        done = subprocess.run(["bash", "-c", command.text], capture_output=True, timeout=30, env=self.env,
-                              encoding="utf-8", errors="replace")  # as the transport decodes
-        return CommandResult(self.name, command.text, done.returncode, done.stdout, done.stderr)
+def _local_node(env: dict[str, str], home: Path | None = None) -> FakeNode:
+    """The shared fake node running every command with this machine's bash, PATH and HOME as given."""
+    return FakeNode("spark-a", home=str(home or env["HOME"])).on(lambda text: True, in_local_shell(env, "bash"))
 
 
 def _tool(bin_dir: Path, name: str, script: str) -> None:
@@ -58,7 +50,7 @@ def test_a_listener_named_with_the_framing_bytes_cannot_forge_the_identity(tmp_p
     _tool(bin_dir, "sudo", "exit 1\n")
     _tool(bin_dir, "ss", f"printf 'LISTEN 0 4096 0.0.0.0:8000 0.0.0.0:* users:((\"%s\",pid=77,fd=3))\\n' '{name}'\n")
     env = _env(bin_dir)
-    facts = probes.gather(_LocalNode(env), [host.IDENTITY, host.LISTENERS])  # type: ignore[arg-type]
+    facts = probes.gather(_local_node(env), [host.IDENTITY, host.LISTENERS])
     own = subprocess.run(["sh", "-c", host.IDENTITY.command.text], capture_output=True, text=True, env=env).stdout
     assert facts[host.IDENTITY] == host.parse_identity(own) and facts[host.IDENTITY].uid == os.getuid()
     [listener] = facts[host.LISTENERS]
@@ -184,7 +176,7 @@ def _bundle_from(tmp_path: Path, logs: dict[str, str], monkeypatch: pytest.Monke
     wanted = "logs/failed-launch/"
     only = {wanted: bundle.node_probes(inventory, "spark-a", False)[wanted]}
     monkeypatch.setattr(bundle, "node_probes", lambda *_: only)
-    files, missing = bundle.collect_node(_LocalNode(_env(tmp_path / "bin", home)), inventory, False)  # type: ignore[arg-type]
+    files, missing = bundle.collect_node(_local_node(_env(tmp_path / "bin", home), home), inventory, False)
     result = bundle.BundleResult(missing=missing)
     out = tmp_path / "evidence.tar.gz"
     bundle._write(result, files, out, "sim-pair")

@@ -12,12 +12,14 @@ import os
 import socket
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fakenode import Call, FakeNode, Reply, in_local_shell
 
 from sparkpair.errors import SparkpairError
-from sparkpair.transport import CommandResult, lock
+from sparkpair.transport import lock
 
 MACHINE = "0123456789abcdef0123456789abcdef"
 OTHER_MACHINE = "fedcba9876543210fedcba9876543210"
@@ -44,22 +46,21 @@ def _stale_record() -> dict[str, object]:
             "started": "12345", "command": "launch qwen3-235b", "since": 0.0}
 
 
-class Head:
-    """The head node's home (a temporary directory); gate(n) is called before the run's nth command."""
+def Head(home: Path, gate: Callable[[int], None] | None = None) -> FakeNode:  # noqa: N802 - reads as the node
+    """The head node: the shared fake node running every command with this machine's sh in home (a temporary
+    directory); gate(n) is called before the run's nth command."""
+    local = in_local_shell(timeout=60)
 
-    name = "spark-a"
+    def gated(call: Call, node: FakeNode) -> Reply:
+        if gate is not None:
+            gate(len(node.calls))
+        return local(call, node)
 
-    def __init__(self, home: Path, gate: object = None) -> None:
-        self.home, self.gate, self.commands = str(home), gate, 0
-        self.lock = home / lock.LOCK_FILE
+    return FakeNode("spark-a", home=str(home)).on(lambda text: True, gated)
 
-    def run(self, command: object) -> CommandResult:
-        self.commands += 1
-        if callable(self.gate):
-            self.gate(self.commands)
-        done = subprocess.run(["sh", "-c", command.text], capture_output=True, timeout=60)  # type: ignore[attr-defined]
-        return CommandResult(self.name, command.text, done.returncode,  # type: ignore[attr-defined]
-                             done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"))
+
+def _lock_file(head: FakeNode) -> Path:
+    return Path(head.home) / lock.LOCK_FILE
 
 
 def _plant(home: Path, record: dict[str, object]) -> Path:
@@ -73,7 +74,7 @@ class Contender:
     """One run's `lock.held` in a thread: the lock it held (None if refused), or the error that refused it.
     A run that gets in holds the pair until the other run has made its attempt."""
 
-    def __init__(self, head: Head) -> None:
+    def __init__(self, head: FakeNode) -> None:
         self.head, self.attempted = head, threading.Event()
         self.other: Contender | None = None
         self.holds = threading.Event()
@@ -86,7 +87,7 @@ class Contender:
         assert self.other is not None
         try:
             with lock.held(self.head, "stop", self.warnings.append):  # type: ignore[arg-type]
-                self.held_content = self.head.lock.read_text()
+                self.held_content = _lock_file(self.head).read_text()
                 self.attempted.set()
                 self.holds.set()
                 self.other.attempted.wait(WAIT_S)
@@ -101,8 +102,8 @@ def _race(tmp_path: Path, gate_of: object) -> tuple[Contender, Contender]:
     runs) gives each run's gate."""
     _plant(tmp_path, _stale_record())
     runs: list[Contender] = []
-    first = Contender(Head(tmp_path, gate_of(0, runs)))  # type: ignore[operator]
-    second = Contender(Head(tmp_path, gate_of(1, runs)))  # type: ignore[operator]
+    first = Contender(Head(tmp_path, gate_of(0, runs)))  # type: ignore[operator,arg-type]
+    second = Contender(Head(tmp_path, gate_of(1, runs)))  # type: ignore[operator,arg-type]
     runs += [first, second]
     first.other, second.other = second, first
     for contender in runs:
@@ -160,14 +161,14 @@ def test_two_concurrent_takeovers_of_one_stale_lock_exactly_one_wins(tmp_path: P
 def test_a_stale_lock_released_meanwhile_is_simply_taken(tmp_path: Path) -> None:
     mine = lock.holder("stop")
     head = Head(tmp_path)
-    assert lock._try_take(head, mine, replacing=json.dumps(_stale_record())) is None  # type: ignore[arg-type]
-    assert json.loads(head.lock.read_text()) == mine
+    assert lock._try_take(head, mine, replacing=json.dumps(_stale_record())) is None
+    assert json.loads(_lock_file(head).read_text()) == mine
 
 
 def test_a_lock_replaced_meanwhile_is_not_removed_and_its_holder_is_named(tmp_path: Path) -> None:
     judged, fresh = _stale_record(), {**_stale_record(), "user": "bob", "pid": os.getpid()}
     path = _plant(tmp_path, fresh)
-    found = lock._try_take(Head(tmp_path), lock.holder("stop"), replacing=json.dumps(judged))  # type: ignore[arg-type]
+    found = lock._try_take(Head(tmp_path), lock.holder("stop"), replacing=json.dumps(judged))
     assert found is not None and found.info == fresh
     assert json.loads(path.read_text()) == fresh
 
