@@ -230,18 +230,27 @@ def _cache_findings(name: str, node_facts: NodeFacts, cache: str, missing_bytes:
 
 
 def _model_match(facts: Facts, nodes: list[str]) -> Iterable[Finding]:
+    """models.match across the rank nodes: every node's manifest of each repo against the first's (the serving
+    node's); one FAIL per node that differs, naming it. Two nodes say it as they always did."""
     if len(nodes) < 2:
         return
     profile = facts.profile
+    two = len(nodes) == 2
+    whole, every = ("pair", "both nodes") if two else ("cluster", f"all {len(nodes)} nodes")
     for repo in profile.repos:
         manifests = [facts.fact(n, models.manifest(facts.inventory.container.hf_cache, repo)) for n in nodes]
         if any(m is None or isinstance(m, ProbeFailure) or not m.complete for m in manifests):
-            yield skip("models.match", "pair", f"{repo}: not complete on both nodes yet")
+            yield skip("models.match", whole, f"{repo}: not complete on {every} yet")
             continue
-        differences = manifests[0].differences(manifests[1])
-        yield ok("models.match", "pair", f"{repo}: same revision, blobs and sizes on both") if not differences else \
-            fail("models.match", "pair", f"{repo} differs between {nodes[0]} and {nodes[1]}: {differences[0]}",
-                 "sparkpair launch (re-syncs the worker from the head over the QSFP link)")
+        differing = [(name, found) for name, manifest in zip(nodes[1:], manifests[1:], strict=True)
+                     if (found := manifests[0].differences(manifest))]
+        if not differing:
+            yield ok("models.match", whole, f"{repo}: same revision, blobs and sizes on {'both' if two else every}")
+        for name, differences in differing:
+            yield fail("models.match", whole, f"{repo} differs between {nodes[0]} and {name}: {differences[0]}",
+                       "sparkpair launch (re-syncs the worker from the head over the QSFP link)" if two else
+                       f"copy {repo} to {name} again from {nodes[0]} (launch over more than two nodes is not done yet: "
+                       "docs/cluster.md)")
 
 
 def _content(facts: Facts, nodes: list[str]) -> Iterable[Finding]:

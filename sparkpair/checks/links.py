@@ -70,11 +70,17 @@ def ping_probe(inventory: Inventory, node: Node, twin: str, full_mtu: bool = Fal
 
 
 def crossing_probe(inventory: Inventory, node: Node) -> Probe[dict[tuple[str, str], str]]:
-    """Which MAC answers behind each of node's twins for the first address it should reach."""
+    """Which MAC answers behind each of node's twins for the first address it should reach; in a ring, when that
+    stays silent, for the other neighbour's on the same half of node's other port (there a swapped cable answers)."""
+    ends = link_ends(inventory, node)
     first: dict[str, str] = {}
-    for end in link_ends(inventory, node):
+    other: dict[str, str] = {}
+    for end in ends:
         first.setdefault(end.port, end.address)
-    return net.crossing(first)
+        others = [far for far in ends if far.peer.name != end.peer.name]
+        if others:
+            other.setdefault(end.port, next((far for far in others if same_half(far.port, end.port)), others[0]).address)
+    return net.crossing(first, other if inventory.topology == "ring" else None)
 
 
 def peer_addresses(inventory: Inventory, node: Node, peer: Node | None = None) -> list[str]:

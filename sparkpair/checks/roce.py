@@ -214,17 +214,19 @@ def _pair(facts: Facts) -> Iterable[Finding]:
         return
     shown = " and ".join(f"{index} on {name}" for name, index in known.items())
     override = facts.inventory.container.env.get(GID_ENV)
+    two = len(facts.inventory.nodes) == 2  # a pair says it as it always did; more nodes are a cluster
+    whole, nodes = ("pair", "both nodes") if two else ("cluster", "every node")
     if override is not None and any(str(index) != override.strip() for index in known.values()):
-        yield fail(CHECK, "pair", f"container.env sets {GID_ENV}={override} for both nodes, but the twins' IPv4 "
+        yield fail(CHECK, whole, f"container.env sets {GID_ENV}={override} for {nodes}, but the twins' IPv4 "
                                   f"RoCE v2 GID is at index {shown}: a rank would advertise a wrong GID "
                                   "(NCCL: ibv_modify_qp failed, unhandled system error)",
                    f"remove {GID_ENV} from container.env in the inventory: sparkpair sets it per node "
                    f"({', '.join(f'{GID_ENV}={index} on {name}' for name, index in known.items())})")
     elif len(set(known.values())) > 1:
-        yield warn(CHECK, "pair", f"the twins' IPv4 RoCE v2 GID is at index {shown}: one {GID_ENV} for both "
-                                  "nodes (a hand-made launch, most recipes) makes one rank advertise a wrong GID",
+        yield warn(CHECK, whole, f"the twins' IPv4 RoCE v2 GID is at index {shown}: one {GID_ENV} for {nodes} "
+                                 "(a hand-made launch, most recipes) makes one rank advertise a wrong GID",
                    "nothing to do for sparkpair launch: it sets " + ", ".join(
                        f"{GID_ENV}={index} on {name}" for name, index in known.items()) +
                    f" in each node's container; by hand, set {GID_ENV} per node or leave it unset")
     else:
-        yield ok(CHECK, "pair", f"the twins' IPv4 RoCE v2 GID is at index {shown}")
+        yield ok(CHECK, whole, f"the twins' IPv4 RoCE v2 GID is at index {shown}")

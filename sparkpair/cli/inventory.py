@@ -83,5 +83,6 @@ def render_cmd(app: App, profile: str | None, runtime: str | None, out_dir: Path
     from sparkpair.runtimes import render_profile
 
     inv = app.inventory
+    inv.require_two_nodes()  # the engine's files (hostfile, -np, tp_size) are a two-node launch's so far
     files = render_profile(inv, resolved_profile(inv, profile, runtime), app.inventory_path)
     report.written_files(out_dir, render.write_files(files, out_dir))

@@ -1,4 +1,4 @@
-"""Gather doctor's facts: one batched probe round per node, both nodes at once, the clock beside it."""
+"""Gather doctor's facts: one batched probe round per node, every node at once, the clock beside it."""
 
 from __future__ import annotations
 

@@ -94,10 +94,19 @@ class CopyResult:
 
 
 def twins(inventory: Inventory, source: str, dest: str) -> list[tuple[str, str, str]]:
-    """(twin, source address, destination address) for each cabled twin, in inventory order."""
+    """(twin, source address, destination address) for each cabled twin of source, in inventory order: a pair's
+    twins of one name; with more nodes each of source's twins with a link to dest (`Inventory.links`: a ring's
+    cable, a switch's subnet), to the first of dest's addresses it reaches."""
     here, there = inventory.node(source), inventory.node(dest)
-    return [(twin, str(address.ip), str(there.links[twin].ip)) for twin, address in here.links.items()
-            if twin in there.links]
+    if len(inventory.nodes) == 2:
+        return [(twin, str(address.ip), str(there.links[twin].ip)) for twin, address in here.links.items()
+                if twin in there.links]
+    reached: dict[str, str] = {}
+    for link in inventory.links():
+        if {link.node_a, link.node_b} == {source, dest}:
+            port, _, far_port = link.far_end(source)
+            reached.setdefault(port, str(there.links[far_port].ip))
+    return [(twin, str(address.ip), reached[twin]) for twin, address in here.links.items() if twin in reached]
 
 
 def receiver_job(inventory: Inventory, source: str, dest: str, blobs: list[Blob], snapshots: Mapping[str, Snapshot],

@@ -142,9 +142,7 @@ def sync(pair: Pair, inventory: Inventory, repos: list[str], nodes: list[str], p
         if not held[head.name][repo].complete:
             raise SparkpairError(f"{repo} is still incomplete after fetching ({len(held[head.name][repo].broken)} "
                                  "files missing)", node=head.name, hint="rerun sparkpair launch to resume")
-    for name in nodes[1:]:
-        done.copies += _match_worker(inventory, head, pair.nodes[name], held[head.name], held[name], options, source,
-                                     progress)
+    done.copies += _fan_out(pair, inventory, nodes, held, options, progress)
     done.revisions = {repo: str(manifest.revision) for repo, manifest in held[head.name].items()}
     pair.each(lambda connection: link(connection, inventory, done.revisions), names=nodes).raise_failures()
     return done
@@ -233,6 +231,51 @@ def _require(result: modelcopy.CopyResult, repo: str, progress: Progress) -> Non
     raise SparkpairError(f"copying {repo} to {result.dest} stopped: {problem}; {len(result.verified)} files arrived "
                          "whole and verified and stay, a rerun of sparkpair launch sends the rest",
                          node=result.dest, hint="sparkpair doctor --only links,path")
+
+
+def _fan_out(pair: Pair, inventory: Inventory, nodes: list[str], held: dict[str, Manifests], options: ModelOptions,
+             progress: Progress) -> list[modelcopy.CopyResult]:
+    """Every worker matched to the head's verified models: a pair's worker from the head, as always. With more
+    nodes the copies fan out in rounds: each node holding a verified copy (the head, a worker that matched it
+    already or received it in an earlier round) sends to one linked node still lacking it, all at once, so each
+    node receives from a holder one cable away and the head's twins are not the only ones busy."""
+    head, mine = nodes[0], held[nodes[0]]
+    if len(nodes) == 2:
+        return _match_worker(inventory, pair.nodes[head], pair.nodes[nodes[1]], mine, held[nodes[1]], options,
+                             options.source, progress)
+    holders = [head, *(name for name in nodes[1:] if _same(mine, held[name]))]
+    waiting = [name for name in nodes[1:] if name not in holders]
+    copies: list[modelcopy.CopyResult] = []
+    while waiting:
+        senders: dict[str, str] = {}  # receiving node -> the holder sending to it this round
+        for name in waiting:
+            linked = {node.name for node in inventory.neighbours(inventory.node(name))}
+            sender = next((holder for holder in holders if holder in linked and holder not in senders.values()), None)
+            if sender is not None:
+                senders[name] = sender
+        if not senders:
+            raise SparkpairError(f"no node holding the verified models shares a link with {waiting[0]}",
+                                 node=waiting[0], hint="sparkpair doctor --only links,path")
+        copies += _copy_round(pair, inventory, senders, held, options, progress, mine)
+        holders += list(senders)
+        waiting = [name for name in waiting if name not in senders]
+    return copies
+
+
+def _copy_round(pair: Pair, inventory: Inventory, senders: dict[str, str], held: dict[str, Manifests],
+                options: ModelOptions, progress: Progress, mine: Manifests) -> list[modelcopy.CopyResult]:
+    """One round of the fan-out: each receiving node matched to mine from its sender, all at once; every
+    node's failure raised together (PairError)."""
+    done = pair.each(lambda c: _match_worker(inventory, pair.nodes[senders[c.name]], c, mine, held[c.name], options,
+                                             options.source, progress), names=list(senders)).raise_failures()
+    return [result for name in senders for result in done[name]]
+
+
+def _same(mine: Manifests, theirs: Manifests) -> bool:
+    """Whether a node holds every repo complete as the head's manifests say (nothing to copy to it)."""
+    return all(theirs[repo].complete and theirs[repo].revision == manifest.revision and
+               theirs[repo].files == manifest.files and not _missing(repo, manifest, theirs[repo])
+               for repo, manifest in mine.items())
 
 
 def _match_worker(inventory: Inventory, head: Node, worker: Node, mine: Manifests,

@@ -318,12 +318,24 @@ def known_host(address: str) -> Probe[tuple[tuple[str, str], ...]]:
                  ok_codes=(0, 1))
 
 
-def crossing(links: dict[str, str]) -> Probe[dict[tuple[str, str], str]]:
+_ONE_PING = "ping -n -c 1 -W 1 -I {} {} >/dev/null 2>&1"
+
+
+def crossing(links: dict[str, str], otherwise: dict[str, str] | None = None) -> Probe[dict[tuple[str, str], str]]:
     """Ping each peer twin address out of the same-named local twin, then read which MAC answered.
 
-    links: local twin -> the peer's address on its twin of that name.
+    links: local twin -> the address it should reach (a pair: the peer's twin of that name).
+    otherwise (a ring): local twin -> the other neighbour's address, pinged out of the twin only when the
+    address it should reach does not answer, every twin at once: a cable that reaches the other neighbour is
+    heard by its MAC, and a healthy ring pays nothing for it (a wrong node answers only for its own address).
     """
-    pings = Shell.compose([Shell("ping -n -c 1 -W 1 -I {} {} >/dev/null 2>&1", twin, address)
-                           for twin, address in links.items()])
-    return Probe("crossing", tuple(sorted(links.items())), Shell.compose([pings, NEIGHBORS.command]), parse_neighbors,
+    if not otherwise:
+        pings = Shell.compose([Shell(_ONE_PING, twin, address) for twin, address in links.items()])
+        return Probe("crossing", tuple(sorted(links.items())), Shell.compose([pings, NEIGHBORS.command]),
+                     parse_neighbors, waits=True)
+    tries = [Shell.compose([Shell("{ " + _ONE_PING, twin, address), Shell(_ONE_PING, twin, otherwise[twin]),
+                            Shell("true; } &")], " || ") if twin in otherwise else Shell(_ONE_PING + " &", twin, address)
+             for twin, address in links.items()]
+    tried = tuple(sorted(links.items())) + tuple(("otherwise", twin, address) for twin, address in sorted(otherwise.items()))
+    return Probe("crossing", tried, Shell.compose([*tries, Shell("wait;"), NEIGHBORS.command], " "), parse_neighbors,
                  waits=True)

@@ -93,8 +93,18 @@ PER_NODE_ENV = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX")
 
 
 def hostfile_lines(inventory: Inventory) -> list[str]:
-    """OpenMPI hostfile: the address of each node's first link, head first, one slot each."""
-    return [f"{next(iter(node.links.values())).ip} slots=1" for node in inventory.nodes]
+    """OpenMPI hostfile, head first, one slot each: the address of each node's first link (a pair: as always);
+    with more nodes each worker's address on its first link with the head, one mpirun on the head reaches (in a
+    ring a worker's first link may be the cable to the other worker)."""
+    if len(inventory.nodes) == 2:
+        return [f"{next(iter(node.links.values())).ip} slots=1" for node in inventory.nodes]
+    head = inventory.head
+    lines = [f"{next(iter(head.links.values())).ip} slots=1"]
+    for worker in inventory.workers:
+        port = next((link.port_b for link in inventory.links() if (link.node_a, link.node_b) == (head.name, worker.name)),
+                    next(iter(worker.links)))
+        lines.append(f"{worker.links[port].ip} slots=1")
+    return lines
 
 
 def serve_argv(inventory: Inventory, profile: Profile) -> list[str]:
@@ -128,11 +138,11 @@ def llm_api_options(profile: Profile) -> dict[str, Any]:
 
 
 def mpirun_argv(inventory: Inventory, profile: Profile) -> list[str]:
-    """The mpirun line run in the head container (TP=2) or the bare serve line (TP=1)."""
+    """The mpirun line run in the head container (TP=2: one rank per node) or the bare serve line (TP=1)."""
     serve = serve_argv(inventory, profile)
     if not profile.is_pair:
         return serve
-    argv = ["mpirun", "-np", "2", "--hostfile", HOSTFILE, "--mca", "plm_rsh_agent", RSH_AGENT,
+    argv = ["mpirun", "-np", str(len(inventory.nodes)), "--hostfile", HOSTFILE, "--mca", "plm_rsh_agent", RSH_AGENT,
             "--output-filename", f"{LOG_DIR}/ranks"]
     for name in FORWARDED_ENV:
         argv += ["-x", name]

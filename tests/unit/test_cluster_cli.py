@@ -1,0 +1,54 @@
+"""The gate on commands that reach the nodes: setup-network and doctor drive every node of a ring or a switch;
+the commands not yet done over more than two nodes (launch, status, stop, logs, bundle, ...) still refuse
+with one line, exit 2. Nothing is reached: the nodes are on loopback and the SSH key does not exist."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from test_topology import ring_data
+
+from sparkpair.cli import main
+from sparkpair.cli.app import CLUSTER_COMMANDS
+
+REFUSAL = "nodes: got 3 (ring); expected two for a command that reaches the nodes"
+
+
+@pytest.fixture
+def ring_file(tmp_path: Path) -> Path:
+    data = ring_data()
+    for index, node in enumerate(data["nodes"]):
+        node["host"], node["port"] = f"127.0.0.{index + 1}", 1
+    data["cluster"] = {"ssh_key": str(tmp_path / "absent-key"), "known_hosts": str(tmp_path / "known_hosts")}
+    path = tmp_path / "ring.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("command", [["setup-network", "--dry-run"], ["doctor", "--only", "links", "--timeout", "5"]])
+def test_setup_network_and_doctor_take_a_ring(ring_file: Path, command: list[str],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["-i", str(ring_file), *command])
+    out, err = capsys.readouterr()
+    assert REFUSAL not in err and "Traceback" not in err
+    if command[0] == "doctor":  # every node of the ring is judged, each unreachable here
+        assert all(name in out for name in ("spark-a", "spark-b", "spark-c")) and "node unreachable" in out
+    else:  # every node is named for the missing key: the three of them were to be reached
+        assert code == 1 and all(f"spark-{n}: the SSH key" in err for n in "abc")
+
+
+@pytest.mark.parametrize("command", [["status"], ["stop"], ["logs"], ["launch", "--no-wait"],
+                                     ["render", "--out", "rendered"]])
+def test_commands_not_done_over_more_than_two_nodes_refuse_a_ring_with_one_line(
+        ring_file: Path, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    out_dir = ring_file.parent / "rendered"
+    assert main(["-i", str(ring_file), *[str(out_dir) if word == "rendered" else word for word in command]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and REFUSAL in err
+    assert not out_dir.exists()  # render writes no two-node launch for a ring (it gave -np 3 with tp_size 2)
+
+
+def test_the_cluster_commands_are_setup_network_and_doctor() -> None:
+    assert CLUSTER_COMMANDS == {"setup-network", "doctor"}
