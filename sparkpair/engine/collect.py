@@ -6,13 +6,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sparkpair import probes
+from sparkpair import probes, transport
 from sparkpair.checks import Facts, engine, links
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory, Node
 from sparkpair.inventory.profiles import Profile
 from sparkpair.probes import NodeFacts, Probe, host
-from sparkpair.transport import Node as Connection
 from sparkpair.transport import Pair
 
 
@@ -25,7 +24,7 @@ def node_probes(inventory: Inventory, node: Node, profile: Profile,
             *engine.engine_probes(inventory, profile, verify_budget)]
 
 
-def clock_offset(connection: Connection) -> float:
+def clock_offset(connection: transport.Node) -> float:
     """The node's clock minus this machine's, measured around one short round trip."""
     before = time.time()
     remote = host.CLOCK.parse(connection.check(host.CLOCK.command))
@@ -37,7 +36,7 @@ def collect(pair: Pair, inventory: Inventory, profile: Profile, timeout: float) 
     """Facts from both nodes in parallel; an unreachable node is recorded, not raised."""
     facts = Facts(inventory, profile)
 
-    def gather(connection: Connection) -> tuple[NodeFacts, float]:
+    def gather(connection: transport.Node) -> tuple[NodeFacts, float]:
         connection.connect()
         with ThreadPoolExecutor(1) as pool:  # the clock's round trip rides beside the probe round
             clock = pool.submit(clock_offset, connection)

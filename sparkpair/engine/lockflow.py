@@ -26,7 +26,6 @@ from sparkpair.engine.bundle import Collected
 from sparkpair.engine.launch import LaunchOptions, resolve
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory
-from sparkpair.inventory import Node as InventoryNode
 from sparkpair.inventory.messages import one_line
 from sparkpair.inventory.profiles import Profile
 from sparkpair.lockfile import Lock, ModelLock, NodeLock
@@ -88,7 +87,7 @@ def node_lock(inventory: Inventory, profile: Profile, name: str, facts: NodeFact
     node_fabric = roce.node_fabric(inventory, name, facts)
     runtime = runtime_of(profile)
     rendered = fabric.node_files(inventory, profile, {name: node_fabric})[name]
-    environment = runtime.container_env(inventory, _node(inventory, name), node_fabric)
+    environment = runtime.container_env(inventory, inventory.node(name), node_fabric)
     return NodeLock(
         image_id=_image_value(image, lambda config: config.image_id),
         image_digests=image.repo_digests if isinstance(image, docker.ImageConfig) else (),
@@ -109,17 +108,12 @@ def own_addresses_masked(inventory: Inventory, name: str, text: str) -> str:
     """text (a netplan file) with the node's own words the inventory gives it (its name, its management host and
     its twins' addresses) written as `{node}`, `{host}`, `{link TWIN}`: both nodes' files then hash alike when they
     differ only in those, and any other change (an address the inventory does not name) still shows."""
-    node = _node(inventory, name)
+    node = inventory.node(name)
     own = {name: "{node}", node.host: "{host}",
            **{str(address.ip): f"{{link {twin}}}" for twin, address in node.links.items()}}
     for word, placeholder in sorted(own.items(), key=lambda item: -len(item[0])):  # `spark-a.lan` before `spark-a`
         text = re.sub(rf"(?<![0-9A-Za-z_.:-]){re.escape(word)}(?![0-9A-Za-z_-])", placeholder, text)
     return text
-
-
-def _node(inventory: Inventory, name: str) -> InventoryNode:
-    """The inventory's node called name (the callers name only the inventory's own nodes)."""
-    return next(node for node in inventory.nodes if node.name == name)
 
 
 def sha256(text: str) -> str:
@@ -160,7 +154,7 @@ def _mtus(inventory: Inventory, name: str, facts: NodeFacts) -> dict[str, str]:
     if not isinstance(interfaces, dict):
         return {WHOLE: UNREADABLE}
     return {twin: str(interfaces[twin].mtu) if twin in interfaces else ABSENT
-            for twin in _node(inventory, name).links}
+            for twin in inventory.node(name).links}
 
 
 def _models(inventory: Inventory, profile: Profile, facts: NodeFacts) -> dict[str, ModelLock]:

@@ -20,14 +20,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sparkpair import apply
+from sparkpair import apply, transport
 from sparkpair.apply import firsttouch
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Node
 from sparkpair.network import netplan, rollback, verify, watchdog
 from sparkpair.network.run import SetupRun
 from sparkpair.probes import net
-from sparkpair.transport import Node as Connection
 from sparkpair.transport import Pair
 
 CONFIRM_MARGIN_S = 5.0    # confirm at least this long before a watchdog may fire
@@ -69,7 +68,7 @@ def apply_network(run: SetupRun) -> bool:
     run.twins_before = before
     run.stage = "arming the watchdogs"
 
-    def arm(connection: Connection) -> None:
+    def arm(connection: transport.Node) -> None:
         firsttouch.record_twins(connection, before[connection.name])
         mine = [change for change in changes if change.node == connection.name]
         armed = watchdog.arm(connection, run.inventory.node(connection.name), run.plan.stamp,
@@ -182,7 +181,7 @@ def reconnect(pair: Pair, seconds: float, names: list[str] | None = None) -> lis
     until = time.monotonic() + seconds
     stop = threading.Event()
 
-    def again(connection: Connection) -> bool:
+    def again(connection: transport.Node) -> bool:
         connection.close()
         while True:
             try:
@@ -224,7 +223,7 @@ def revert(run: SetupRun, why: str, cut_off: list[str] | None = None) -> None:
     settled: set[str] = set()    # nodes checked as before (or rolled back to it)
     said: dict[str, list[str]] = {}
 
-    def put_back(connection: Connection) -> None:
+    def put_back(connection: transport.Node) -> None:
         lines = said.setdefault(connection.name, [])
         if connection.name in run.armed:
             lines.append(_back(run, connection, connection.name in (cut_off or [])))
@@ -251,7 +250,7 @@ def revert(run: SetupRun, why: str, cut_off: list[str] | None = None) -> None:
         raise KeyboardInterrupt
 
 
-def _settle(run: SetupRun, connection: Connection) -> list[str]:
+def _settle(run: SetupRun, connection: transport.Node) -> list[str]:
     """Check that a node whose watchdog is done holds what it held before this run (its journal's files, its
     twins); roll it back from its journal when it does not. What was done; raises when it is not as before."""
     name = connection.name
@@ -275,7 +274,7 @@ def _settle(run: SetupRun, connection: Connection) -> list[str]:
     return [*said, "back as before this run: its netplan files and QSFP twins as they were"]
 
 
-def _settled(connection: Connection, node: Node, before: str, journal: apply.Journal) -> list[str]:
+def _settled(connection: transport.Node, node: Node, before: str, journal: apply.Journal) -> list[str]:
     """What is still not as before after a rollback, polled for a few seconds (networkd settles)."""
     until = time.monotonic() + SETTLE_S
     while True:
@@ -285,7 +284,7 @@ def _settled(connection: Connection, node: Node, before: str, journal: apply.Jou
         time.sleep(RETRY_S)
 
 
-def _back(run: SetupRun, connection: Connection, cut_off: bool) -> str:
+def _back(run: SetupRun, connection: transport.Node, cut_off: bool) -> str:
     armed = run.armed[connection.name]
     give_up = armed.latest + REVERT_MARGIN_S
     connection.close()

@@ -5,11 +5,10 @@ from __future__ import annotations
 import ipaddress
 import json
 
-from sparkpair import apply, probes
+from sparkpair import apply, probes, transport
 from sparkpair.inventory import Node
 from sparkpair.network.netplan import APPLY_NETPLAN, JOURNAL
 from sparkpair.probes import net
-from sparkpair.transport import Node as Connection
 from sparkpair.transport import Shell
 
 
@@ -68,7 +67,7 @@ def twins_changed(node: Node, snapshot: str, interfaces: dict[str, net.Interface
             if _comparable(now.get(name)) != _comparable(before.get(name))]
 
 
-def files_changed(connection: Connection, journal: apply.Journal) -> list[str]:
+def files_changed(connection: transport.Node, journal: apply.Journal) -> list[str]:
     """Each file of an apply's journal that is not as before that apply (its backup's content, or absent)."""
     entries = [(str(entry["path"]), entry.get("backup")) for entry in journal.entries]
     checks = [Shell("cmp -s {} {} || echo {}", str(backup), path, index) if backup else
@@ -80,7 +79,7 @@ def files_changed(connection: Connection, journal: apply.Journal) -> list[str]:
             for index, (path, backup) in enumerate(entries) if str(index) in differing]
 
 
-def differences(connection: Connection, node: Node, snapshot: str, journal: apply.Journal | None) -> list[str]:
+def differences(connection: transport.Node, node: Node, snapshot: str, journal: apply.Journal | None) -> list[str]:
     """What on node is not as before an apply: its journal's files, then its twins (snapshot); empty when
     the node is as before."""
     found = files_changed(connection, journal) if journal is not None else []
@@ -90,7 +89,7 @@ def differences(connection: Connection, node: Node, snapshot: str, journal: appl
     return found + twins_changed(node, snapshot, interfaces)
 
 
-def roll_back(connection: Connection, node: Node) -> list[str]:
+def roll_back(connection: transport.Node, node: Node) -> list[str]:
     """Undo the last network apply on one node: files back, netplan re-applied, twins as they were."""
     journal = apply.read_journal(connection, JOURNAL)
     if journal is None:

@@ -11,11 +11,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import replace
 
-from sparkpair import probes
+from sparkpair import probes, transport
 from sparkpair.checks import SETUP_NETWORK, CheckFunction, Finding, Status, judge, links
 from sparkpair.inventory import Inventory, Node
 from sparkpair.probes import NodeFacts, net
-from sparkpair.transport import Node as Connection
 from sparkpair.transport import Pair, Shell
 
 LINK_CHECKS: list[tuple[str, CheckFunction]] = [("links", links.check_links), ("links", links.check_pair_links),
@@ -92,7 +91,7 @@ def verify_trust(pair: Pair, inventory: Inventory) -> list[str]:
     return _gather_and_judge(pair, inventory, links.trust_probes, TRUST_CHECKS, ["trust.ssh"])
 
 
-def node_state(connection: Connection, node: Node) -> str:
+def node_state(connection: transport.Node, node: Node) -> str:
     """One line describing a node's twins now (for reports after a failure)."""
     interfaces = probes.gather(connection, [net.INTERFACES]).get(net.INTERFACES)
     if not isinstance(interfaces, dict):

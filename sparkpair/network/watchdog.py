@@ -27,11 +27,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from sparkpair import paths
+from sparkpair import paths, transport
 from sparkpair.errors import SparkpairError, last_line
 from sparkpair.inventory import Node
 from sparkpair.network import rollback
-from sparkpair.transport import Node as Connection
 from sparkpair.transport import Shell
 
 DIR, SCRIPT, LOG = paths.WATCHDOG_DIR, paths.WATCHDOG_SCRIPT, paths.WATCHDOG_LOG
@@ -197,7 +196,7 @@ def boot_revert_command(stamp: str) -> Shell:
         Shell("sync")], "\n")
 
 
-def arm(connection: Connection, node: Node, stamp: str, seconds: int, files: Sequence[str],
+def arm(connection: transport.Node, node: Node, stamp: str, seconds: int, files: Sequence[str],
         twins_before: str) -> Armed:
     """Leave the watchdog on a node (as root); raises when it could not be armed (nothing changed then)."""
     staged = f"{paths.under_home(paths.UPLOAD_PREFIX, connection.home)}watchdog-{stamp}"
@@ -212,27 +211,27 @@ def arm(connection: Connection, node: Node, stamp: str, seconds: int, files: Seq
     return Armed(connection.name, how, seconds, started + seconds, time.monotonic() + seconds)
 
 
-def state(connection: Connection) -> str:
+def state(connection: transport.Node) -> str:
     """Where a node's watchdog is: armed, reverting, confirmed, or gone (ended, or never armed)."""
     out = connection.check(Shell('d={}; for s in armed reverting confirmed; do [ -e "$d/$s" ] && echo $s && exit 0; '
                                  "done; echo gone", DIR))
     return out.strip() or "gone"
 
 
-def confirm(connection: Connection, cancel: bool = False) -> bool:
+def confirm(connection: transport.Node, cancel: bool = False) -> bool:
     """Keep the new network (or, with cancel, disarm before any change): False when the watchdog had
     fired already (it reverts) or is not there."""
     result = connection.run(Shell("sh {} {}", SCRIPT, "cancel" if cancel else "confirm"), sudo=True, timeout=30)
     return result.ok and result.stdout.strip().endswith(("confirmed", "cancelled"))
 
 
-def revert(connection: Connection) -> None:
+def revert(connection: transport.Node) -> None:
     """Start the watchdog's revert now, detached from this SSH session (which its `netplan apply` may
     cut); `state` says `gone` once it has ended."""
     connection.check(Shell("if [ -e {} ]; then setsid /bin/sh {} revert </dev/null >/dev/null 2>&1 & fi",
                            SCRIPT, SCRIPT), sudo=True)
 
 
-def log_tail(connection: Connection, lines: int = 1) -> list[str]:
+def log_tail(connection: transport.Node, lines: int = 1) -> list[str]:
     """The last lines the watchdogs logged on a node."""
     return connection.run(Shell("tail -n {} {} 2>/dev/null", lines, LOG)).stdout.splitlines()
