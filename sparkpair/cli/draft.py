@@ -12,8 +12,8 @@ from sparkpair.cli.options import known_profile
 
 @cli.command("train-draft")
 @click.argument("profile", required=False)
-@click.option("--name", required=True, metavar="ORG/NAME",
-              help="The trained draft's repo name in the model cache (a profile's `draft` may name it).")
+@click.option("--name", metavar="ORG/NAME",
+              help="The trained draft's repo name in the model cache (a profile's `draft` may name it); required.")
 @click.option("--prompts", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="JSONL prompts ({\"prompt\": ...} or {\"messages\": [...]}) instead of the bundled set; "
                    "every 5th is held back for the evaluation.")
@@ -24,6 +24,8 @@ from sparkpair.cli.options import known_profile
               help="The runtime that serves the target for the data and the evaluation.")
 @click.option("--image", default=None, metavar="IMAGE",
               help="The training image on the head, holding nvidia-modelopt[hf] (default nvcr.io/nvidia/pytorch:25.06-py3).")
+@click.option("--nodes", type=click.IntRange(1, 2), default=1, show_default=True,
+              help="Train on the head alone, or data parallel on both nodes (torchrun over the QSFP link).")
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True)
 @click.option("--requests", "requests_", type=click.IntRange(1, 10000), default=8, show_default=True,
               help="bench requests per draft on the held-back prompts.")
@@ -32,8 +34,8 @@ from sparkpair.cli.options import known_profile
 @click.option("--dry-run", is_flag=True, help="Say which steps would run and which are done already; change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="The result as JSON on stdout.")
 @pass_app
-def train_draft_cmd(app: App, profile: str | None, name: str, prompts: Path | None, steps: int, max_tokens: int,
-                    runtime: str, image: str | None, seed: int, requests_: int, out_dir: Path, dry_run: bool,
+def train_draft_cmd(app: App, profile: str | None, name: str | None, prompts: Path | None, steps: int, max_tokens: int,
+                    runtime: str, image: str | None, nodes: int, seed: int, requests_: int, out_dir: Path, dry_run: bool,
                     as_json: bool) -> int:
     """Train an Eagle3 draft for PROFILE's target with NVIDIA ModelOpt from the target's own answers, export
     it into the model cache as NAME and bench it against the profile's current draft (resumable)."""
@@ -42,10 +44,12 @@ def train_draft_cmd(app: App, profile: str | None, name: str, prompts: Path | No
     from sparkpair.draft.flow import DraftOptions, check_options, plan_steps, train_draft
     from sparkpair.report import draft as draft_report
 
-    inv = app.inventory
+    inv = app.inventory  # a bad inventory is named first, as by every command
+    if not name:
+        raise click.UsageError("--name ORG/NAME is required: the trained draft's repo name, e.g. local/qwen3-eagle3-mine")
     options = DraftOptions(profile=known_profile(inv, profile), name=name, runtime=runtime, prompts=prompts,
                            steps=steps, max_tokens=max_tokens, image=image or train.DEFAULT_IMAGE, seed=seed,
-                           requests=requests_, out_dir=out_dir)
+                           requests=requests_, out_dir=out_dir, nodes=nodes)
     check_options(inv, options)  # a bad name or profile is refused before any node is asked
     with app.pair() as pair:
         pair.connect()

@@ -12,7 +12,7 @@ the conversations in FILE (one JSON object a line, {"conversations": [{"role", "
 what sparkpair's data step keeps), then `export_speculative_decoding` into OUT/draft and
 OUT/training.json (steps, losses, versions). Data parallel across nodes when started by torchrun
 (the Trainer reads WORLD_SIZE/RANK; gloo on CPU). Progress: one line `sparkpair-train step=N/M
-loss=X` per logged step on stdout, then `sparkpair-train done`.
+loss=X acc=A` per logged step on stdout, then `sparkpair-train done`.
 """
 from __future__ import annotations
 
@@ -117,6 +117,17 @@ def main(argv: list) -> int:
     mto.enable_huggingface_checkpointing()
     dataset = ConversationSet(conversations(args.data), tokenizer, args.max_length)
     losses: list = []
+    accuracy = [0.0]   # ModelOpt's own training accuracy of the last step: the draft's first token vs the target's
+
+    class EagleTrainer(transformers.Trainer):
+        """The Hugging Face Trainer, keeping ModelOpt's `train_acc` of each step for the progress line."""
+
+        def compute_loss(self, model, inputs, return_outputs=False, **kwargs):  # noqa: ANN001 - the Trainer's
+            loss, outputs = super().compute_loss(model, inputs, return_outputs=True, **kwargs)
+            found = outputs.get("train_acc") if hasattr(outputs, "get") else getattr(outputs, "train_acc", None)
+            if found:
+                accuracy[0] = float(found[0][0])
+            return (loss, outputs) if return_outputs else loss
 
     class Report(transformers.TrainerCallback):
         """One progress line per logged step (rank 0)."""
@@ -124,18 +135,19 @@ def main(argv: list) -> int:
         def on_log(self, targs, state, control, logs=None, **kwargs):  # noqa: ANN001 - the Trainer's hook
             if rank == 0 and logs and "loss" in logs:
                 losses.append(float(logs["loss"]))
-                print(f"{PROGRESS} step={state.global_step}/{state.max_steps} loss={logs['loss']:.4f}", flush=True)
+                print(f"{PROGRESS} step={state.global_step}/{state.max_steps} loss={logs['loss']:.4f} "
+                      f"acc={accuracy[0]:.3f}", flush=True)
 
     training = transformers.TrainingArguments(
         output_dir=str(args.out / "trainer"), max_steps=args.steps, per_device_train_batch_size=4,
         learning_rate=args.learning_rate, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True,
         seed=args.seed, dataloader_num_workers=0, remove_unused_columns=False, disable_tqdm=True)
-    trainer = transformers.Trainer(model=model, args=training, train_dataset=dataset, callbacks=[Report()])
+    trainer = EagleTrainer(model=model, args=training, train_dataset=dataset, callbacks=[Report()])
     trainer.train()
     if rank == 0:
         draft = args.out / "draft"
         export_speculative_decoding(model, dtype=torch.bfloat16, export_dir=draft)
-        record = {"steps": args.steps, "losses": losses, "modelopt_version": modelopt.__version__,
+        record = {"steps": args.steps, "losses": losses, "accuracy": accuracy[0], "modelopt_version": modelopt.__version__,
                   "transformers_version": transformers.__version__, "torch_version": torch.__version__,
                   "world_size": int(os.environ.get("WORLD_SIZE", "1")), "seed": args.seed,
                   "conversations": len(dataset), "architecture": config["eagle_architecture_config"]}

@@ -65,7 +65,8 @@ def training_record(*, name: str, profile: str, target: str, target_revision: st
               "modelopt_version": str(trained.get("modelopt_version", "")),
               "transformers_version": str(trained.get("transformers_version", "")),
               "torch_version": str(trained.get("torch_version", "")),
-              "world_size": trained.get("world_size", 1), "losses": trained.get("losses", [])[-5:]}
+              "world_size": trained.get("world_size", 1), "losses": trained.get("losses", [])[-5:],
+              "accuracy": trained.get("accuracy")}
     return json.dumps(record, indent=1, sort_keys=True) + "\n"
 
 
@@ -91,6 +92,8 @@ def parse_training(raw: bytes) -> dict[str, Any]:
     losses = data.get("losses")
     if isinstance(losses, list):
         kept["losses"] = [float(x) for x in losses if isinstance(x, (int, float))][-20:]
+    if isinstance(data.get("accuracy"), float):
+        kept["accuracy"] = data["accuracy"]
     for key in ("steps", "world_size", "conversations"):
         if isinstance(data.get(key), int):
             kept[key] = data[key]

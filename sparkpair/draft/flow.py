@@ -17,7 +17,7 @@ from sparkpair.bench import record as benchrecord
 from sparkpair.bench import serving
 from sparkpair.draft import data, evaluate, export, train
 from sparkpair.draft.record import DraftRecord, digest, name_problem, read_record, work_dir, write_record
-from sparkpair.engine import lifecycle
+from sparkpair.engine import lifecycle, modelsync
 from sparkpair.errors import Interrupted, SparkpairError, UsageError
 from sparkpair.inventory import Inventory
 from sparkpair.progress import Event, Progress
@@ -43,6 +43,7 @@ class DraftOptions:
     seed: int = 0
     requests: int = 8
     out_dir: Path = Path("train-draft-results")
+    nodes: int = 1                      # 2: data parallel across both nodes (torchrun over the QSFP link)
 
 
 @dataclass
@@ -121,7 +122,9 @@ def plan_steps(pair: Pair, inventory: Inventory, options: DraftOptions) -> dict[
     check_options(inventory, options)
     split = data.split(data.read_prompts(options.prompts))
     record = read_record(pair.head, options.name, options.profile)
-    found = record.done("data", digest("data", split.sha256, options.profile, options.runtime, options.max_tokens))
+    run = _Run(pair, inventory, options, lambda event: None, record, work_dir(pair.head, options.name), split,
+               DraftResult(options.name))
+    found = record.done("data", data_inputs(run))
     plan: dict[str, str] = {}
     for step in ("data", "train", "export", "evaluate"):
         if found is None or record.steps.get(step) is None:
@@ -133,9 +136,10 @@ def plan_steps(pair: Pair, inventory: Inventory, options: DraftOptions) -> dict[
     if plan["data"] == "runs" or plan["train"] == "runs":
         return plan
     train_inputs = digest("train", record.steps["data"].outputs.get("sha256"), options.steps, options.seed, options.image,
-                          train.script_text())
+                          options.nodes, train.script_text())
     if record.done("train", train_inputs) is None:
-        plan.update({"train": "runs (--steps, --seed or --image changed)", "export": "runs", "evaluate": "runs"})
+        plan.update({"train": "runs (--steps, --seed, --image or --nodes changed)", "export": "runs",
+                     "evaluate": "runs"})
     return plan
 
 
@@ -154,12 +158,28 @@ def _sha256_on(head: Node, path: str) -> str:
     return found[0] if found and len(found[0]) == 64 else ""
 
 
+def target_revision(head: Node, inventory: Inventory, target: str) -> str:
+    """The revision refs/main names for TARGET in the head's HF cache ('' when none, or not a revision)."""
+    raw = head.read(f"{hf_cache_on_node(inventory, head.home)}/hub/{repo_dirname(target)}/refs/main") or b""
+    text = raw[:64].decode("ascii", "replace").strip()
+    return text if len(text) == 40 and all(c in "0123456789abcdef" for c in text) else ""
+
+
+def data_inputs(run: _Run) -> str:
+    """What the data step is made from: the prompts, the profile and runtime, the answer length, and the target's
+    revision on the head (a new revision of a fine-tune re-runs every step)."""
+    options = run.options
+    target = run.inventory.profile(options.profile, options.runtime).target
+    return digest("data", run.split.sha256, options.profile, options.runtime, options.max_tokens,
+                  target_revision(run.head, run.inventory, target))
+
+
 def _data(run: _Run, current: str) -> dict[str, Any]:
     """The target's answers to the training prompts, on the head as WORK/data.jsonl; then, while the current
     draft serves, its bench on the held-back prompts."""
     options = run.options
     path = f"{run.work}/data.jsonl"
-    inputs = digest("data", run.split.sha256, options.profile, options.runtime, options.max_tokens)
+    inputs = data_inputs(run)
     done = run.record.done("data", inputs)
     skipped = _skip(run, "data", inputs, done is not None and _sha256_on(run.head, path) == done.outputs.get("sha256"))
     if skipped is not None:
@@ -180,48 +200,66 @@ def _data(run: _Run, current: str) -> dict[str, Any]:
 
 
 def _train(run: _Run, produced: dict[str, Any]) -> dict[str, Any]:
-    """ModelOpt's Eagle3 training in a container on the head; WORK/train/draft holds the export."""
+    """ModelOpt's Eagle3 training in a container on the head (or data parallel on both nodes, rank 0 on the
+    head); WORK/train/draft on the head holds the export."""
     options = run.options
     config = f"{run.work}/{train.OUTPUT}/draft/config.json"
-    inputs = digest("train", produced.get("sha256"), options.steps, options.seed, options.image, train.script_text())
+    inputs = digest("train", produced.get("sha256"), options.steps, options.seed, options.image, options.nodes,
+                    train.script_text())
     skipped = _skip(run, "train", inputs, run.head.read(config) is not None)
     if skipped is not None:
         return skipped
-    if not run.head.run(train.image_command(options.image)).stdout.strip():
-        raise SparkpairError(f"{run.head.name}: no image {options.image} in its Docker engine",
-                             hint="pass --image an image holding nvidia-modelopt[hf] (docs/runbooks.md#train-draft-image)")
+    connections = [run.pair.head, run.pair.worker][: options.nodes]
+    for connection in connections:
+        if not connection.run(train.image_command(options.image)).stdout.strip():
+            raise SparkpairError(f"{connection.name}: no image {options.image} in its Docker engine",
+                                 hint="pass --image an image holding nvidia-modelopt[hf] "
+                                      "(docs/runbooks.md#train-draft-image)")
     run.say("train: stopping the engine (training needs the memory the target holds)")
     lifecycle.stop(run.pair, run.inventory.for_runtime(options.runtime))
-    run.head.put(train.script_text(), f"{run.work}/{train.SCRIPT}", mode=0o644)
-    run.head.check(Shell("rm -rf {}", f"{run.work}/{train.OUTPUT}"))
-    ids = run.head.check(Shell("printf '%s:%s' \"$(id -u)\" \"$(id -g)\"")).strip()
-    command = train.train_command(image=options.image, hf_cache=hf_cache_on_node(run.inventory, run.head.home),
-                                  work=run.work, target=produced.get("target", ""), steps=options.steps,
-                                  seed=options.seed, user=ids)
-    tail: list[str] = []
+    target = produced.get("target", "")
+    if options.nodes == 2:  # the target verified on both nodes and linked where the container reads it
+        modelsync.ensure_models(run.pair, run.inventory, [target], [c.name for c in connections], "hub", run.progress)
+    text = run.head.read(f"{run.work}/data.jsonl") or b""
+    commands = [_prepare_node(run, connection, rank, target, text) for rank, connection in enumerate(connections)]
 
     def seen(line: str) -> None:
         step = train.progress_of(line)
         if step is not None:
-            run.say(f"train: ModelOpt Eagle3, loss {step.loss:.3f}", key="draft train", done=step.step,
-                    total=step.total, unit="steps")
-        else:
-            tail.append(line[: train.LINE_CAP])
-            del tail[: -train.TAIL_LINES]
+            accuracy = "" if step.accuracy is None else f", draft accuracy {step.accuracy:.0%}"
+            run.say(f"train: ModelOpt Eagle3 on {options.nodes} node(s), loss {step.loss:.3f}{accuracy}",
+                    key="draft train", done=step.step, total=step.total, unit="steps")
 
     try:
-        code = run.head.stream(command, seen, timeout=TRAIN_TIMEOUT_S)
+        code, tails = train.run_training(connections, commands, seen, TRAIN_TIMEOUT_S)
     except KeyboardInterrupt:
-        run.head.run(train.remove_command())
         raise Interrupted("train-draft interrupted during training; the next run starts the training again") from None
     if code != 0:
-        raise _training_failed(code, tail)
+        raise _training_failed(code, [line for tail in tails.values() for line in tail])
     raw = run.head.read(f"{run.work}/{train.OUTPUT}/training.json")
     trained = export.parse_training(raw[:OUTPUT_CAP] if raw else b"")
     return run.finish("train", inputs, {"trained": trained})
 
 
+def _prepare_node(run: _Run, connection: Node, rank: int, target: str, data_text: bytes) -> Shell:
+    """The node's working folder with the script (and on the worker the data), no earlier output; its command."""
+    work = work_dir(connection, run.options.name)
+    connection.check(Shell("mkdir -p -m 700 {} {} && rm -rf {}", work, f"{work}/home", f"{work}/{train.OUTPUT}"))
+    connection.put(train.script_text(), f"{work}/{train.SCRIPT}", mode=0o644)
+    if rank > 0:
+        connection.put(data_text, f"{work}/data.jsonl", mode=0o600)
+    ids = connection.check(Shell("printf '%s:%s' \"$(id -u)\" \"$(id -g)\"")).strip()
+    rendezvous = None
+    if run.options.nodes > 1:
+        twin, link = next(iter(run.inventory.head.links.items()))
+        rendezvous = train.Rendezvous(run.options.nodes, rank, str(link.ip), twin)
+    return train.train_command(image=run.options.image, hf_cache=hf_cache_on_node(run.inventory, connection.home),
+                               work=work, target=target, steps=run.options.steps, seed=run.options.seed, user=ids,
+                               rendezvous=rendezvous)
+
+
 def _training_failed(code: int, tail: list[str]) -> SparkpairError:
+    """The training's failure as one error: out of memory (exit 137 or the line) or otherwise, with the last lines."""
     last = " | ".join(line.strip() for line in tail[-3:] if line.strip()) or "no output"
     if code == OUT_OF_MEMORY or any("out of memory" in line.lower() for line in tail):
         return SparkpairError(f"training ran out of memory (exit {code}): {last}",

@@ -3,7 +3,7 @@ acceptance and tokens/s side by side (bench's own table). Typed through TYPE_CHE
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sparkpair import report
 
@@ -11,17 +11,17 @@ if TYPE_CHECKING:
     from sparkpair.draft.flow import DraftResult
 
 
-def as_json(result: DraftResult) -> dict[str, Any]:
+def as_json(result: DraftResult) -> dict[str, object]:
     """The result as `--json` prints it."""
     return {"name": result.name, "ran": result.ran, "skipped": result.skipped, "revision": result.commit,
             "drafts": result.summary, "files": [str(path) for path in result.files]}
 
 
-def _percent(value: Any) -> str:
+def _percent(value: object) -> str:
     return "-" if not isinstance(value, (int, float)) else f"{100 * value:.1f}%"
 
 
-def _rate(value: Any) -> str:
+def _rate(value: object) -> str:
     return "-" if not isinstance(value, (int, float)) else f"{value:.1f}"
 
 

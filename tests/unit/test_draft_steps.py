@@ -79,9 +79,12 @@ def test_a_conversation_line_cannot_break_into_two_records() -> None:
 
 def test_only_whole_progress_lines_count_as_training_progress() -> None:
     step = train.progress_of("sparkpair-train step=3/5 loss=18.7139\n")
-    assert step is not None and (step.step, step.total, step.loss) == (3, 5, 18.7139)
+    assert step is not None and (step.step, step.total, step.loss, step.accuracy) == (3, 5, 18.7139, None)
+    step = train.progress_of("sparkpair-train step=3/5 loss=18.7139 acc=0.421")
+    assert step is not None and step.accuracy == 0.421
     for forged in ("x sparkpair-train step=3/5 loss=1", "sparkpair-train step=3/5 loss=1 extra",
-                   "sparkpair-train step=99999999999/5 loss=1", "sparkpair-train step=3/5 loss=" + "1" * 500):
+                   "sparkpair-train step=99999999999/5 loss=1", "sparkpair-train step=3/5 loss=" + "1" * 500,
+                   "sparkpair-train step=3/5 loss=1 acc=0.5 step=9/9 loss=0"):
         assert train.progress_of(forged) is None
 
 
@@ -178,3 +181,76 @@ def test_the_evaluation_serves_the_trained_draft_on_the_runtime_asked_for() -> N
     assert changed.profile("qwen3-235b", "vllm").draft == "local/mine"
     assert inventory.profile("qwen3-235b", "vllm").draft != "local/mine"
     assert evaluate.with_draft(inventory, "qwen3-235b", "vllm", None) is inventory
+
+
+def test_data_parallel_training_uses_torchrun_on_the_qsfp_twin() -> None:
+    rendezvous = train.Rendezvous(2, 1, "198.19.1.11", "enp1s0f1np1")
+    command = train.train_command(image="img:1", hf_cache="/h", work="/w", target="Qwen/Q", steps=5, seed=0,
+                                  user="1000:1000", rendezvous=rendezvous).text
+    assert "--network host" in command and "GLOO_SOCKET_IFNAME=enp1s0f1np1" in command
+    assert "torchrun --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-addr 198.19.1.11" in command
+    assert "--network none" not in command
+
+
+class _ScriptedNode:
+    """A node whose training prints LINES (or is interrupted), and remembers what it was asked to run."""
+
+    def __init__(self, name: str, lines: list[str], code: int = 0, interrupt: bool = False) -> None:
+        self.name, self.lines, self.code, self.interrupt = name, lines, code, interrupt
+        self.ran: list[str] = []
+
+    def stream(self, command, on_line, *, timeout=None) -> int:  # noqa: ANN001 - the Node protocol's
+        for line in self.lines:
+            on_line(line)
+        if self.interrupt:
+            raise KeyboardInterrupt
+        return self.code
+
+    def run(self, command, **kwargs):  # noqa: ANN001, ANN201 - the Node protocol's
+        self.ran.append(command.text)
+
+
+def test_the_head_reports_progress_and_the_first_failure_wins() -> None:
+    from sparkpair.transport import Shell
+
+    head = _ScriptedNode("a", ["sparkpair-train step=1/2 loss=1.0 acc=0.5", "noise"])
+    worker = _ScriptedNode("b", ["Traceback", "RuntimeError: gloo"], code=1)
+    seen: list[str] = []
+    code, tails = train.run_training([head, worker], [Shell("x"), Shell("y")], seen.append, 10.0)
+    assert code == 1 and tails["b"][-1] == "RuntimeError: gloo" and tails["a"] == ["noise"]
+    assert seen[0].startswith("sparkpair-train step=1/2")
+
+
+def test_ctrl_c_removes_the_training_container_on_every_node() -> None:
+    from sparkpair.transport import Shell
+
+    head, worker = _ScriptedNode("a", [], interrupt=True), _ScriptedNode("b", [])
+    with pytest.raises(KeyboardInterrupt):
+        train.run_training([head, worker], [Shell("x"), Shell("y")], lambda line: None, 10.0)
+    assert all(any(train.CONTAINER in text for text in node.ran) for node in (head, worker))
+
+
+class _CacheNode:
+    """A head whose HF cache holds one refs/main with CONTENT."""
+
+    name, home = "a", "/home/u"
+
+    def __init__(self, content: bytes | None) -> None:
+        self.content = content
+        self.asked: list[str] = []
+
+    def read(self, path: str) -> bytes | None:
+        self.asked.append(path)
+        return self.content
+
+
+@pytest.mark.parametrize(("content", "revision"), [(b"a" * 40, "a" * 40), (b"a" * 40 + b"\n", "a" * 40),
+                                                   (None, ""), (b"../../etc", ""), (b"A" * 40, ""),
+                                                   (b"a" * 39 + b"\x1b", ""), (b"a" * 4000, "")])
+def test_the_target_revision_is_read_capped_and_checked(content: bytes | None, revision: str) -> None:
+    from sparkpair.draft.flow import target_revision
+
+    inventory = parse_inventory(yaml.safe_load(INVENTORY))
+    head = _CacheNode(content)
+    assert target_revision(head, inventory, "Qwen/Q") == revision  # type: ignore[arg-type]
+    assert head.asked == ["/home/u/.cache/huggingface/hub/models--Qwen--Q/refs/main"]
