@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from fakenode import FakeNode, Reply, prefix
 
 from sparkpair.draft import data, evaluate, export, train
 from sparkpair.errors import UsageError
@@ -192,29 +193,18 @@ def test_data_parallel_training_uses_torchrun_on_the_qsfp_twin() -> None:
     assert "--network none" not in command
 
 
-class _ScriptedNode:
-    """A node whose training prints LINES (or is interrupted), and remembers what it was asked to run."""
-
-    def __init__(self, name: str, lines: list[str], code: int = 0, interrupt: bool = False) -> None:
-        self.name, self.lines, self.code, self.interrupt = name, lines, code, interrupt
-        self.ran: list[str] = []
-
-    def stream(self, command, on_line, *, timeout=None) -> int:  # noqa: ANN001 - the Node protocol's
-        for line in self.lines:
-            on_line(line)
-        if self.interrupt:
-            raise KeyboardInterrupt
-        return self.code
-
-    def run(self, command, **kwargs):  # noqa: ANN001, ANN201 - the Node protocol's
-        self.ran.append(command.text)
+def _training_node(name: str, lines: list[str], code: int = 0, interrupt: bool = False) -> FakeNode:
+    """The shared fake node whose training run prints lines and exits code (or is interrupted: Ctrl-C), and
+    that removes the training container when asked."""
+    node = FakeNode(name).on(prefix("docker rm -f"), "")
+    return node.on(lambda text: True, KeyboardInterrupt() if interrupt else Reply("\n".join(lines), "", code))
 
 
 def test_the_head_reports_progress_and_the_first_failure_wins() -> None:
     from sparkpair.transport import Shell
 
-    head = _ScriptedNode("a", ["sparkpair-train step=1/2 loss=1.0 acc=0.5", "noise"])
-    worker = _ScriptedNode("b", ["Traceback", "RuntimeError: gloo"], code=1)
+    head = _training_node("a", ["sparkpair-train step=1/2 loss=1.0 acc=0.5", "noise"])
+    worker = _training_node("b", ["Traceback", "RuntimeError: gloo"], code=1)
     seen: list[str] = []
     code, tails = train.run_training([head, worker], [Shell("x"), Shell("y")], seen.append, 10.0)
     assert code == 1 and tails["b"][-1] == "RuntimeError: gloo" and tails["a"] == ["noise"]
@@ -224,24 +214,10 @@ def test_the_head_reports_progress_and_the_first_failure_wins() -> None:
 def test_ctrl_c_removes_the_training_container_on_every_node() -> None:
     from sparkpair.transport import Shell
 
-    head, worker = _ScriptedNode("a", [], interrupt=True), _ScriptedNode("b", [])
+    head, worker = _training_node("a", [], interrupt=True), _training_node("b", [])
     with pytest.raises(KeyboardInterrupt):
         train.run_training([head, worker], [Shell("x"), Shell("y")], lambda line: None, 10.0)
-    assert all(any(train.CONTAINER in text for text in node.ran) for node in (head, worker))
-
-
-class _CacheNode:
-    """A head whose HF cache holds one refs/main with CONTENT."""
-
-    name, home = "a", "/home/u"
-
-    def __init__(self, content: bytes | None) -> None:
-        self.content = content
-        self.asked: list[str] = []
-
-    def read(self, path: str) -> bytes | None:
-        self.asked.append(path)
-        return self.content
+    assert all(f"docker rm -f {train.CONTAINER} >/dev/null 2>&1 || true" in node.commands for node in (head, worker))
 
 
 @pytest.mark.parametrize(("content", "revision"), [(b"a" * 40, "a" * 40), (b"a" * 40 + b"\n", "a" * 40),
@@ -251,6 +227,6 @@ def test_the_target_revision_is_read_capped_and_checked(content: bytes | None, r
     from sparkpair.draft.flow import target_revision
 
     inventory = parse_inventory(yaml.safe_load(INVENTORY))
-    head = _CacheNode(content)
-    assert target_revision(head, inventory, "Qwen/Q") == revision  # type: ignore[arg-type]
-    assert head.asked == ["/home/u/.cache/huggingface/hub/models--Qwen--Q/refs/main"]
+    refs = "/home/u/.cache/huggingface/hub/models--Qwen--Q/refs/main"
+    head = FakeNode("a", home="/home/u", files={} if content is None else {refs: content})
+    assert target_revision(head, inventory, "Qwen/Q") == revision
