@@ -40,7 +40,4 @@ def ensure_modelopt(house: Path, log) -> dict:
 
 def read_record() -> dict:
     """The last setup `scripts/testbed modelopt` recorded ({} when none)."""
-    try:
-        return json.loads(RECORD.read_text())
-    except (OSError, ValueError):
-        return {}
+    return vllm_pair.read_record(RECORD)

@@ -47,14 +47,8 @@ def requirements_with_extra(metadata: str, extra: str) -> list:
     """The Requires-Dist headers of METADATA that apply without extras or with EXTRA, less EXCLUDED;
     the extra's marker is dropped (pip evaluates the rest for the target platform)."""
     kept = []
-    for line in metadata.splitlines():
-        if not line.strip():
-            break
-        if not line.startswith("Requires-Dist: "):
-            continue
-        requirement = line.removeprefix("Requires-Dist: ").strip()
-        match = vllm_wheels.NAME.match(requirement)
-        if not match or vllm_wheels.canonical(match.group(1)) in EXCLUDED:
+    for name, requirement in vllm_wheels.requires_dist(metadata):
+        if name in EXCLUDED:
             continue
         extras = EXTRA_MARKER.findall(requirement)
         if extras and extras != [extra]:
@@ -89,30 +83,13 @@ def fill(target: Path, vllm_house: Path, log) -> None:
     (target / vllm_wheels.REQUIREMENTS).write_text("\n".join(requirements) + "\n")
     vllm_wheels.pip_download(["--find-links", str(target), "-r", str(target / vllm_wheels.REQUIREMENTS)], target)
     vllm_wheels.pip_download(["--no-deps", "pip"], target)
-    for path in list(target.glob("*.whl")):
-        if vllm_wheels.canonical(vllm_wheels.wheel_name_version(path)[0]) in EXCLUDED:
-            path.unlink()
-    closure = sorted(f"{name}=={version}" for name, version in map(vllm_wheels.wheel_name_version, target.glob("*.whl")))
-    (target / vllm_wheels.CLOSURE).write_text("\n".join(closure) + "\n")
+    vllm_wheels.write_closure(target, EXCLUDED)
 
 
 def ensure_wheelhouse(vllm_house: Path, log) -> Path:
     """The complete wheelhouse for the current pins, downloaded when missing; returns its directory."""
-    final = wheelhouse_dir()
-    if (final / vllm_wheels.CLOSURE).exists():
-        return final
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    partial = final.with_name(final.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir()
-    log(f"wheelhouse: pip download of nvidia-modelopt[{EXTRA}] {MODELOPT_VERSION} for CPython "
-        f"{vllm_wheels.PYTHON_VERSION} manylinux x86_64")
-    fill(partial, vllm_house, log)
-    for path in partial.iterdir():
-        path.chmod(0o644)
-    partial.chmod(0o755)
-    partial.rename(final)
-    for stale in CACHE_DIR.glob("modelopt-wheels-*"):
-        if stale != final:
-            shutil.rmtree(stale, ignore_errors=True)
-    return final
+    def download(target: Path) -> None:
+        log(f"wheelhouse: pip download of nvidia-modelopt[{EXTRA}] {MODELOPT_VERSION} for CPython "
+            f"{vllm_wheels.PYTHON_VERSION} manylinux x86_64")
+        fill(target, vllm_house, log)
+    return vllm_wheels.cached_directory(wheelhouse_dir(), vllm_wheels.CLOSURE, "modelopt-wheels-*", download)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from . import vllm_image, vllm_models, vllm_ray, vllm_wheels
 from .daemons import docker_running
@@ -92,9 +93,10 @@ def ensure_vllm(log) -> VllmSetup:
     return setup
 
 
-def read_record() -> dict:
-    """The last setup `scripts/testbed vllm` recorded ({} when none)."""
+def read_record(record: Path = RECORD) -> dict:
+    """The last setup recorded in RECORD (default: `scripts/testbed vllm`'s), {} when none or unreadable."""
     try:
-        return json.loads(RECORD.read_text())
+        found = json.loads(record.read_text())
     except (OSError, ValueError):
         return {}
+    return found if isinstance(found, dict) else {}

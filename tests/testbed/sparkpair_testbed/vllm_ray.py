@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -60,33 +59,21 @@ def closure_names(vllm_house: Path) -> set[str]:
 
 def ensure_wheelhouse(vllm_house: Path, log: Callable[[str], None]) -> Path:
     """The complete Ray wheelhouse for VLLM_HOUSE, downloaded when missing; returns its directory."""
-    final = wheelhouse_dir(vllm_house)
-    if (final / CONTENTS).exists():
-        return final
-    partial = final.with_name(final.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    log(f"Ray wheelhouse: pip download of {REQUIREMENT} constrained to the vLLM image's versions")
-    vllm_wheels.pip_download(["-c", str(vllm_house / vllm_wheels.CLOSURE), REQUIREMENT], partial)
-    present = closure_names(vllm_house)
-    kept = []
-    for wheel in sorted(partial.glob("*.whl")):
-        name, version = vllm_wheels.wheel_name_version(wheel)
-        if vllm_wheels.canonical(name) in present:
-            wheel.unlink()
-        else:
-            kept.append(f"{name}=={version}")
-            wheel.chmod(0o644)
-    if not any(vllm_wheels.canonical(line.split("==")[0]) == "ray" for line in kept):
-        raise CommandError(f"pip download {REQUIREMENT}: no ray wheel among {len(kept)} downloaded")
-    (partial / CONTENTS).write_text("\n".join(kept) + "\n")
-    (partial / CONTENTS).chmod(0o644)
-    partial.chmod(0o755)
-    partial.rename(final)
-    for stale in CACHE_DIR.glob("vllm-ray-wheels-*"):
-        if stale != final:
-            shutil.rmtree(stale, ignore_errors=True)
-    return final
+    def fill(target: Path) -> None:
+        log(f"Ray wheelhouse: pip download of {REQUIREMENT} constrained to the vLLM image's versions")
+        vllm_wheels.pip_download(["-c", str(vllm_house / vllm_wheels.CLOSURE), REQUIREMENT], target)
+        present = closure_names(vllm_house)
+        kept = []
+        for wheel in sorted(target.glob("*.whl")):
+            name, version = vllm_wheels.wheel_name_version(wheel)
+            if vllm_wheels.canonical(name) in present:
+                wheel.unlink()
+            else:
+                kept.append(f"{name}=={version}")
+        if not any(vllm_wheels.canonical(line.split("==")[0]) == "ray" for line in kept):
+            raise CommandError(f"pip download {REQUIREMENT}: no ray wheel among {len(kept)} downloaded")
+        (target / CONTENTS).write_text("\n".join(kept) + "\n")
+    return vllm_wheels.cached_directory(wheelhouse_dir(vllm_house), CONTENTS, "vllm-ray-wheels-*", fill)
 
 
 def image_key(ray_house: Path, vllm_image_id: str) -> str:

