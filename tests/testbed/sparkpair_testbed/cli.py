@@ -1,7 +1,7 @@
 """The command line (`python -m sparkpair_testbed`, `scripts/testbed`): a simulated pair of
 DGX Sparks on this machine (see docs/testbed.md).
 
-    testbed up | down | status | inventory
+    testbed up [--nodes N --topology pair|ring|switch] | down | status | inventory
     testbed exec NODE [--user nvidia] -- CMD...
     testbed fault NAME [--node NODE] [--port N] [--gib G]
     testbed heal [NAME]
@@ -18,10 +18,12 @@ import fcntl
 import os
 import sys
 
-from . import faults, lifecycle, modelopt_pair, reset, vllm_pair, vllm_ray, vllm_wheels
+from . import faults, lifecycle, modelopt_pair, reset, reshape, shape, vllm_pair, vllm_ray, vllm_wheels
 from .faults import FAULTS
 from .hostexec import CommandError, node_prefix
 from .layout import CACHE_DIR, INVENTORY, NODES, USER, node
+
+NODE_NAMES = [n.name for n in shape.every_possible_node()]  # whether the running shape has it: layout.node()
 
 
 def log(message: str) -> None:
@@ -33,18 +35,21 @@ def parser() -> argparse.ArgumentParser:
     """The command line."""
     top = argparse.ArgumentParser(prog="scripts/testbed", description=__doc__.split("\n")[0])
     sub = top.add_subparsers(dest="command", required=True)
-    sub.add_parser("up", help="bring the pair up (idempotent)")
+    up = sub.add_parser("up", help="bring the pair up (idempotent), or a larger shape: a ring of 3, a switch "
+                                   "of 2-4 (plain `up` brings back the pair)")
+    up.add_argument("--nodes", type=int, help="how many Sparks (pair: 2, ring: 3, switch: 2 to 4)")
+    up.add_argument("--topology", choices=shape.TOPOLOGIES, help="how they are cabled (default: pair)")
     sub.add_parser("down", help="remove everything up made (the image cache stays)")
     sub.add_parser("status", help="what runs; exit 0 when all up")
     sub.add_parser("inventory", help="print the path of the inventory file")
     run = sub.add_parser("exec", help="run a command inside a node")
-    run.add_argument("node", choices=[n.name for n in NODES])
+    run.add_argument("node", choices=NODE_NAMES)
     run.add_argument("--user", choices=[USER, "root"], default=None)
     run.add_argument("cmd", nargs="*", help="the command, after --")
     fault = sub.add_parser("fault", help="inject a fault",
                            epilog="faults: " + ", ".join(FAULTS))
     fault.add_argument("name", choices=sorted(FAULTS), metavar="NAME")
-    fault.add_argument("--node", choices=[n.name for n in NODES])
+    fault.add_argument("--node", choices=NODE_NAMES)
     fault.add_argument("--port", type=int)
     fault.add_argument("--gib", type=float, help="memory-low: MemAvailable left; disk-low: free space left")
     heal = sub.add_parser("heal", help="undo all active faults, or those called NAME")
@@ -81,8 +86,8 @@ def do_vllm(args) -> int:
         return 0
     with locked():
         setup = vllm_pair.ensure_vllm(log)
-    log(f"vLLM {setup.vllm_version}: {setup.image} and {setup.ray_image} on both nodes; {setup.target_repo} and {setup.draft_repo} "
-        f"in {setup.head}'s HF cache; record: {vllm_pair.RECORD}")
+    log(f"vLLM {setup.vllm_version}: {setup.image} and {setup.ray_image} on {lifecycle.on_every_node()}; "
+        f"{setup.target_repo} and {setup.draft_repo} in {setup.head}'s HF cache; record: {vllm_pair.RECORD}")
     return 0
 
 
@@ -124,6 +129,7 @@ def dispatch(args) -> int:
         return do_modelopt()
     with locked():
         if args.command == "up":
+            reshape.reshape(args.shape, log)
             lifecycle.up(log)
         elif args.command == "down":
             lifecycle.down(log)
@@ -155,6 +161,12 @@ def main(argv=None) -> int:
         args.cmd = argv[split + 1:]
     else:
         args = parser().parse_args(argv)
+    if args.command == "up":
+        try:
+            args.shape = shape.parse(args.nodes, args.topology)
+        except CommandError as exc:  # a usage error: nothing has been touched
+            print(f"scripts/testbed up: {exc}", file=sys.stderr)
+            return 2
     try:
         return dispatch(args)
     except (CommandError, KeyError, reset.SpecError) as exc:

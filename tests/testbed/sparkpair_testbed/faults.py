@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import faults_cluster as cluster
 from . import faults_engine as engine
 from . import faults_files as files
 from . import faults_gb10 as gb10
@@ -80,6 +81,10 @@ FAULTS = {fault.name: fault for fault in (
           engine.slow_load_apply, engine.slow_load_heal),
     Fault("engine-wedged", "the engine's rank on the node is stopped (SIGSTOP): /health answers, generation hangs",
           engine.engine_wedged_apply, engine.engine_wedged_heal),
+    Fault("crossed-ring-cable", "ring: the cables on the node's ports f0 and f1 swapped (each reaches the other "
+          "neighbour)", cluster.crossed_ring_apply, cluster.crossed_ring_heal),
+    Fault("switch-port-down", "switch: the node's switch port is down (its twins lose their link)",
+          cluster.switch_port_down_apply, cluster.switch_port_down_heal),
 )}
 
 
@@ -139,3 +144,8 @@ def heal(name: str | None = None) -> list:
 def crossed_active() -> bool:
     """True when the crossed-cables fault is active (a repeated `up` keeps it)."""
     return any(record["name"] == "crossed-cables" for record in active())
+
+
+def crossed_ring_nodes() -> frozenset:
+    """Ring nodes the crossed-ring-cable fault holds crossed (a repeated `up` keeps them so)."""
+    return frozenset(record["node"] for record in active() if record["name"] == "crossed-ring-cable")

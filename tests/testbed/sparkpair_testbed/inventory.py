@@ -1,4 +1,5 @@
-"""The inventory file sparkpair reads to drive the simulated pair (written by `up`)."""
+"""The inventory file sparkpair reads to drive the simulated pair (written by `up`), or the larger
+shape `up --nodes N --topology T` made (shape.py): then a `topology:` line and every node's links."""
 from __future__ import annotations
 
 from .layout import (
@@ -14,20 +15,26 @@ from .layout import (
     USER,
     VLLM_IMAGE_TAG,
 )
+from .shape import load
 
 
 def render() -> str:
     """The inventory as YAML text (plain scalars only, so no YAML library is needed)."""
+    shape = load()
     lines = [
         "# Simulated DGX Spark pair (scripts/testbed up); see docs/testbed.md.",
         "cluster:",
-        "  name: sim-pair",
+        f"  name: sim-{shape.label}",
         f"  user: {USER}",
         f"  ssh_key: {OPERATOR_KEY}",
         f"  known_hosts: {KNOWN_HOSTS}",
         f"  mtu: {CLUSTER_MTU}",
-        "nodes:",
     ]
+    if shape.topology != "pair":
+        lines[0] = f"# Simulated DGX Spark {shape.label} (scripts/testbed up --nodes {shape.count} --topology " \
+                   f"{shape.topology}); see docs/testbed.md."
+        lines.append(f"topology: {shape.topology}")
+    lines.append("nodes:")
     for node in NODES:
         lines += [f"  - name: {node.name}", f"    host: {node.mgmt_ip}", "    port: 22", "    links:"]
         lines += [f"      {twin}: {address}" for twin, address in node.links.items()]

@@ -7,6 +7,7 @@ network.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -143,13 +144,34 @@ class Node:
         return f"02:5b:10:0{self.index}:00:{port + 1:02x}"
 
 
-NODES = (
+PAIR_NODES = (
     Node("spark-a", "a", 1, "198.18.0.11",
          {"enp1s0f1np1": "198.19.1.11/24", "enP2p1s0f1np1": "198.19.2.11/24"}),
     Node("spark-b", "b", 2, "198.18.0.12",
          {"enp1s0f1np1": "198.19.1.12/24", "enP2p1s0f1np1": "198.19.2.12/24"}),
 )
-HEAD, WORKER = NODES
+HEAD, WORKER = PAIR_NODES  # spark-a leads and spark-b is the default fault target in every shape
+
+
+class CurrentNodes(Sequence):
+    """The nodes of the shape the testbed runs (shape.py; the pair unless `up --nodes N` said otherwise),
+    read from the shape record at every use, so every module and every process sees the same nodes."""
+
+    def _nodes(self) -> tuple:
+        from .shape import current_nodes  # shape.py builds on this module: imported at use, not at load
+        return current_nodes()
+
+    def __getitem__(self, index):
+        return self._nodes()[index]
+
+    def __len__(self) -> int:
+        return len(self._nodes())
+
+    def __iter__(self):
+        return iter(self._nodes())
+
+
+NODES = CurrentNodes()
 
 # The one Debian package list the testbed needs on the operator machine.
 HOST_PACKAGES = (
@@ -168,5 +190,5 @@ def node(name: str) -> Node:
 
 
 def peer_of(current: Node) -> Node:
-    """The other node of the pair."""
-    return WORKER if current is HEAD else HEAD
+    """The other node of the pair (spark-a's peer is spark-b; every other node's is spark-a)."""
+    return WORKER if current.name == HEAD.name else HEAD

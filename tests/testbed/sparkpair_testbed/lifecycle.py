@@ -12,6 +12,7 @@ from .holders import kill_netns_stragglers, start_holder, stop_holder
 from .hostexec import CommandError, holder_pid
 from .layout import CABLE_NS, CACHE_DIR, HUB_URL, INVENTORY, NODES, STATE_DIR
 from .packages import ensure_packages
+from .shape import every_possible_node, load
 
 INFINIBAND = Path("/dev/infiniband")
 INFINIBAND_MARKER = STATE_DIR / "made-dev-infiniband"
@@ -64,20 +65,25 @@ def up(log) -> None:
     hub.start()
     started = [node.name for node in NODES if start_node(node)]
     each(nodefs.mount_node_facts)
-    network.apply_cabling(crossed=faults.crossed_active())
+    network.apply_cabling(crossed=faults.crossed_active(), crossed_at=faults.crossed_ring_nodes())
     log(f"nodes: {', '.join(started) + ' started' if started else 'already running'}")
     each(start_sshd)
     each(start_dockerd)
     each(start_rdma)
-    log("sshd, dockerd and the RDMA driver serving on both nodes")
+    log(f"sshd, dockerd and the RDMA driver serving on {on_every_node()}")
     build_begin = time.monotonic()
     outcome = image.ensure_image(NODES, log)
     took = time.monotonic() - build_begin
     log({"built": f"engine image built, cached and loaded in {took:.1f}s",
          "loaded": f"engine image loaded from the cache in {took:.1f}s",
-         "present": "engine image already present on both nodes"}[outcome])
+         "present": f"engine image already present on {on_every_node()}"}[outcome])
     inventory.write()
     log(f"up in {time.monotonic() - begin:.1f}s; inventory: {INVENTORY}")
+
+
+def on_every_node() -> str:
+    """'both nodes' for a pair, 'all N nodes' for a larger shape: how the log lines say it."""
+    return "both nodes" if len(NODES) == 2 else f"all {len(NODES)} nodes"
 
 
 def stop_node(node) -> None:
@@ -95,7 +101,7 @@ def stop_node(node) -> None:
 def down(log) -> None:
     """Remove everything `up` made except the cache and the nvidia user."""
     begin = time.monotonic()
-    each(stop_node)
+    each(stop_node, every_possible_node())
     hub.stop()
     network.teardown()
     log("nodes stopped, namespaces and links removed")
@@ -136,6 +142,16 @@ def node_status(node) -> dict:
     }
 
 
+def cabling_word() -> str:
+    """How the cables run now: the pair's 'straight' or 'crossed'; a larger shape's label, with the ring
+    nodes whose cables are crossed."""
+    shape = load()
+    if shape.topology == "pair":
+        return "crossed" if network.is_crossed() else "straight"
+    crossed = sorted(network.crossed_ring_nodes())
+    return shape.label + (f" (crossed at {', '.join(crossed)})" if crossed else "")
+
+
 def status(log) -> bool:
     """Print what runs; True when everything is up."""
     healthy = True
@@ -145,7 +161,7 @@ def status(log) -> bool:
         log(f"{node.name:8} " + "  ".join(f"{key}:{value}" for key, value in state.items()))
     cable = CABLE_NS in network.netns_list()
     healthy = healthy and cable
-    cabling = ("crossed" if network.is_crossed() else "straight") if cable else "-"
+    cabling = cabling_word() if cable else "-"
     log(f"{'cable':8} netns:{'up' if cable else 'DOWN'}  cabling:{cabling}")
     hub_up = hub.running()
     healthy = healthy and hub_up

@@ -10,6 +10,11 @@
 A node-side twin has carrier only while its cable-side peer is up, so
 `ip link set CABLE_PEER down` in spark-cable is a real unplug: the node keeps
 its admin state but loses carrier.
+
+In a ring or through a switch (shape.py) the same namespace holds that shape's bridges instead:
+one per twin of each ring cable (cable-ab-p1 joins a-enp1s0f0np0 and b-enp1s0f1np1), or one per
+twin of the switch (switch-p1 joins every node's enp1s0f1np1). A twin is cabled when the node has
+an address for it (Node.links); the others stay unplugged.
 """
 from __future__ import annotations
 
@@ -28,9 +33,9 @@ from .layout import (
     MGMT_PREFIX,
     NODES,
     QSFP_TWINS,
-    UNPLUGGED_TWINS,
     Node,
 )
+from .shape import PORT_F0, cable_plan, every_possible_node, load
 
 CABLE_BRIDGES = {"enp1s0f1np1": "cable-p1", "enP2p1s0f1np1": "cable-p2"}
 
@@ -129,7 +134,7 @@ def ensure_cable_ns() -> None:
     ensure_netns(CABLE_NS)
     sysctl(CABLE_NS, "net.ipv6.conf.default.disable_ipv6", "1")
     sysctl(CABLE_NS, "net.ipv6.conf.all.disable_ipv6", "1")
-    for bridge in CABLE_BRIDGES.values():
+    for bridge in current_plan():
         if not link_exists(bridge, CABLE_NS):
             ip("link", "add", bridge, "mtu", str(CABLE_MTU), "type", "bridge", "stp_state", "0",
                "forward_delay", "0", netns=CABLE_NS)
@@ -150,13 +155,13 @@ def ensure_twin(node: Node, twin: str) -> bool:
     ip("link", "add", twin, "netns", node.netns, "address", node.twin_mac(twin), "type", "veth",
        "peer", "name", peer, "netns", CABLE_NS)
     ip("link", "set", peer, "mtu", str(CABLE_MTU), netns=CABLE_NS)
-    if twin in CABLED_TWINS:
+    if twin in node.links:
         ip("link", "set", peer, "up", netns=CABLE_NS)
     return True
 
 
 def cabling(crossed: bool = False) -> dict:
-    """Which cable-side peers each bridge joins: straight (twin to same twin) or crossed."""
+    """Which cable-side peers each bridge of the pair joins: straight (twin to same twin) or crossed."""
     head, worker = NODES
     plan = {}
     for index, twin in enumerate(CABLED_TWINS):
@@ -165,9 +170,16 @@ def cabling(crossed: bool = False) -> dict:
     return plan
 
 
-def apply_cabling(crossed: bool = False) -> None:
-    """Plug the cabled port's twins into the bridges as CABLING says."""
-    for bridge, peers in cabling(crossed).items():
+def current_plan(crossed: bool = False, crossed_at: frozenset = frozenset()) -> dict:
+    """Bridge -> the cable-side peers it joins, for the recorded shape: the pair's cabling (CROSSED:
+    its twins crosswise), or the ring's or switch's (CROSSED_AT: ring nodes whose two cables are swapped)."""
+    shape = load()
+    return cabling(crossed) if shape.topology == "pair" else cable_plan(shape, crossed_at)
+
+
+def apply_cabling(crossed: bool = False, crossed_at: frozenset = frozenset()) -> None:
+    """Plug the cabled ports' twins into the bridges as the recorded shape's plan says."""
+    for bridge, peers in current_plan(crossed, crossed_at).items():
         for peer in peers:
             ip("link", "set", peer, "master", bridge, netns=CABLE_NS)
 
@@ -178,6 +190,22 @@ def is_crossed() -> bool:
     master = link_master(head.cable_peer(CABLED_TWINS[0]))
     worker_peer = NODES[1].cable_peer(CABLED_TWINS[1])
     return master is not None and link_master(worker_peer) == master
+
+
+def crossed_ring_nodes() -> frozenset:
+    """Ring nodes whose port f0 cable currently sits where their port f1 cable belongs (read from the
+    kernel: which bridge each f0 cable end is enslaved to)."""
+    shape = load()
+    if shape.topology != "ring":
+        return frozenset()
+    straight = {peer: bridge for bridge, peers in cable_plan(shape).items() for peer in peers}
+    crossed = set()
+    for node in NODES:
+        peer = node.cable_peer(PORT_F0[0])
+        master = link_master(peer)
+        if master is not None and master != straight[peer]:
+            crossed.add(node.name)
+    return frozenset(crossed)
 
 
 def link_master(name: str, netns: str = CABLE_NS) -> str | None:
@@ -206,16 +234,17 @@ def ensure_wires(node: Node) -> None:
     ensure_mgmt_link(node)
     for twin in QSFP_TWINS:
         ensure_twin(node, twin)
-    for twin in UNPLUGGED_TWINS:
-        ip("link", "set", node.cable_peer(twin), "down", netns=CABLE_NS)
+    for twin in QSFP_TWINS:
+        if twin not in node.links:
+            ip("link", "set", node.cable_peer(twin), "down", netns=CABLE_NS)
 
 
 def teardown() -> None:
     """Delete the namespaces, the bridge and the management veths; wait until they are gone."""
-    for name in [*(n.netns for n in NODES), CABLE_NS]:
+    for name in [*(n.netns for n in every_possible_node()), CABLE_NS]:
         if name in netns_list():
             run(["ip", "netns", "del", name])
-    for name in [*(n.mgmt_host_veth for n in NODES), MGMT_BRIDGE]:
+    for name in [*(n.mgmt_host_veth for n in every_possible_node()), MGMT_BRIDGE]:
         if link_exists(name):
             try:
                 ip("link", "del", name)
@@ -223,7 +252,7 @@ def teardown() -> None:
                 pass  # gone meanwhile with its namespace
     remove_bridged_mgmt_rule()
     deadline = time.monotonic() + 15
-    leftovers = [n.mgmt_host_veth for n in NODES] + [MGMT_BRIDGE]
+    leftovers = [n.mgmt_host_veth for n in every_possible_node()] + [MGMT_BRIDGE]
     while any(link_exists(name) for name in leftovers):
         if time.monotonic() > deadline:
             raise CommandError(f"links still present after down: {leftovers}")

@@ -6,7 +6,9 @@ need the pair are skipped with a reason, except under CI=true, where they fail i
 `testbed` (session) is the handle tests use (handle.py); `healed` (autouse) heals every fault a
 test injected; `pristine` resets both nodes first. `testbed_vllm` (session) puts the real vLLM
 (CPU build) on the pair on first use (image in both engines, tiny models on the head): only the
-tests that ask for it pay for it.
+tests that ask for it pay for it. `testbed_shape` (module) is a factory, testbed_shape(nodes, topology),
+that brings a larger shape up (a ring of 3, a switch of 2-4: shape.py) for one module and the pair back
+after it.
 
 What a reset takes back is the project's business, not the testbed's: `testbed_reset_spec`
 (session) is the reset spec (reset.py), empty here; the project's conftest overrides it (it may
@@ -25,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from .handle import CLI, Testbed
-from .layout import INVENTORY, STATE_DIR
+from .layout import INVENTORY, NODES, STATE_DIR
 from .reset import SpecError, parse_spec
 from .vllm_pair import VllmSetup
 
@@ -125,6 +127,27 @@ def testbed_vllm(testbed) -> VllmSetup:
     draft in the head's HF cache. Module scope: each module that asks gets them again where a `down`
     (the engines' images) or a reset (the models) in between took them away."""
     return testbed.vllm()
+
+
+@pytest.fixture(scope="module")
+def testbed_shape(testbed):
+    """testbed_shape(nodes, topology) runs `scripts/testbed up --nodes N --topology T` and returns the handle,
+    its hosts now every node of that shape; after the module a plain `up` brings back exactly the pair
+    (the extra nodes removed, the cables rewired), so the next module finds the pair as always."""
+    reshaped = []
+
+    def bring_up(nodes: int, topology: str) -> Testbed:
+        reshaped.append((nodes, topology))
+        testbed.cli("up", "--nodes", nodes, "--topology", topology, timeout=UP_TIMEOUT)
+        testbed.hosts = {node.name: node.mgmt_ip for node in NODES}
+        return testbed
+
+    yield bring_up
+    if reshaped:
+        proc = run_cli("up", timeout=UP_TIMEOUT)
+        testbed.hosts = {node.name: node.mgmt_ip for node in NODES}
+        if proc.returncode != 0:
+            pytest.fail(f"scripts/testbed up (back to the pair) failed:\n{proc.stdout}{proc.stderr}")
 
 
 @pytest.fixture
