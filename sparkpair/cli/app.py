@@ -21,7 +21,7 @@ class ExitStatus(enum.IntEnum):
 
 
 # The commands that drive every node of a ring or a switch (docs/cluster.md); the others still refuse more than two.
-CLUSTER_COMMANDS = frozenset({"setup-network", "doctor"})
+CLUSTER_COMMANDS = frozenset({"setup-network", "doctor", "launch", "status", "logs", "stop", "bundle"})
 
 
 def running_command() -> str:

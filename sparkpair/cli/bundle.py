@@ -21,7 +21,7 @@ if TYPE_CHECKING:
               help="The lock to include and compare the pair with (default: sparkpair.lock beside the inventory).")
 @pass_app
 def bundle_cmd(app: App, out: Path | None, lock_path: Path | None) -> int:
-    """Collect what a maintainer asks for from both nodes into one tar.gz: the ranks' logs, launch state,
+    """Collect what a maintainer asks for from every node into one tar.gz: the ranks' logs, launch state,
     docker inspect, the rendered config, doctor's findings, the lock and `sparkpair diff`, versions, dmesg, memory,
     links, RDMA and netplan. Read-only; secrets are never included, and MANIFEST.txt lists every file and what was redacted."""
     import json

@@ -50,14 +50,16 @@ def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool
                keep_on_failure: bool,
                node: str | None, check_fabric: bool, nccl_tests: str | None, locked: bool,
                lock_path: Path | None) -> int:
-    """Start PROFILE (default: server.profile) across the pair and wait until it answers; a successful launch
-    writes the lock (--lock PATH), and the differences from the last one are warnings (--locked: refusals)."""
+    """Start PROFILE (default: server.profile) on its rank nodes (every node, or one) and wait until it answers; a
+    successful launch writes the lock (--lock PATH), and the differences from the last one are warnings (--locked:
+    refusals)."""
     from sparkpair import report
     from sparkpair.engine import lockflow
     from sparkpair.engine.launch import LaunchOptions, launch, plan_launch
     from sparkpair.engine.watch import parse_stall_after
     from sparkpair.lockfile import store
     from sparkpair.report import lock as lock_report
+    from sparkpair.runtimes import rank_nodes
 
     try:
         limits = tuple(parse_stall_after(stall_after).items()) if stall_after else ()
@@ -69,7 +71,13 @@ def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool
         raise click.BadParameter("only with --model-source hub (both nodes download from the hub)",
                                  param_hint="--split-download")
     inv = app.inventory
-    resolved_profile(inv, profile, runtime)  # an unknown profile or a missing variant is a usage error
+    for flag, asked in (("--check-fabric", check_fabric), ("--split-download", split_download)):
+        if asked and len(inv.nodes) > 2:  # both prove or share between two nodes (docs/cluster.md)
+            raise click.BadParameter(f"works on two nodes only; the inventory has {len(inv.nodes)} ({inv.topology}): "
+                                     f"launch without {flag} (doctor --deep runs MPI and NCCL over every node)",
+                                     param_hint=flag)
+    # An unknown profile, a missing variant, ranks that do not fit the nodes or a bad --node: a usage error
+    rank_nodes(inv, resolved_profile(inv, profile, runtime), node)
     options = LaunchOptions(profile=known_profile(inv, profile), runtime=runtime, timeout=timeout, wait=not no_wait,
                             model_source=model_source, replace=replace, keep_on_failure=keep_on_failure, node=node,
                             stall_after=limits, check_fabric=check_fabric,
@@ -107,7 +115,7 @@ def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool
 @click.option("--json", "as_json", is_flag=True, help="Status as JSON.")
 @pass_app
 def status_cmd(app: App, as_json: bool) -> int:
-    """Containers and ranks on both nodes, health, model, uptime, requests and draft acceptance."""
+    """Containers and ranks on every rank node, health, model, uptime, requests and draft acceptance."""
     from dataclasses import asdict
 
     from sparkpair import report
@@ -157,7 +165,7 @@ def logs_cmd(app: App, node: str | None, tail: int, follow: bool, classify: bool
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
 @pass_app
 def stop_cmd(app: App, dry_run: bool) -> int:
-    """Stop the engine on both nodes (idempotent); models stay in the caches."""
+    """Stop the engine on every node (idempotent); models stay in the caches."""
     from sparkpair import report
     from sparkpair.engine import containers, lifecycle
 

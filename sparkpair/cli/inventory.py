@@ -30,9 +30,15 @@ def inventory_check(app: App) -> None:
     from sparkpair.runtimes import render_profile
 
     inv = app.inventory
-    files = [f for profile in _every_variant(inv) for f in render_profile(inv, profile, app.inventory_path)]
-    report.inventory_ok(app.inventory_path, [f"{inv.head.name} (head)", inv.worker.name], inv.server.profile,
-                        len(files))
+    profiles = _every_variant(inv)
+    misfits = {id(profile): profile.parallelism_problems(len(inv.nodes)) for profile in profiles}
+    files = [f for profile in profiles if not misfits[id(profile)]
+             for f in render_profile(inv, profile, app.inventory_path)]
+    report.inventory_ok(app.inventory_path, [f"{inv.head.name} (head)", *(node.name for node in inv.workers)],
+                        inv.server.profile, len(files))
+    for profile in profiles:  # a profile whose ranks do not fit the nodes is not rendered; launch refuses it
+        for problem in misfits[id(profile)]:
+            report.warning(f"profile {profile.name} ({profile.runtime}): not launchable here: {problem}")
     for finding in inventory_warnings(inv):
         report.warning(f"{finding.node}: {finding.check}: {finding.detail} (fix: {finding.fix})")
 
@@ -83,6 +89,5 @@ def render_cmd(app: App, profile: str | None, runtime: str | None, out_dir: Path
     from sparkpair.runtimes import render_profile
 
     inv = app.inventory
-    inv.require_two_nodes()  # the engine's files (hostfile, -np, tp_size) are a two-node launch's so far
     files = render_profile(inv, resolved_profile(inv, profile, runtime), app.inventory_path)
     report.written_files(out_dir, render.write_files(files, out_dir))

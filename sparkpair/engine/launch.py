@@ -329,7 +329,7 @@ def _watchdog(run: _Run) -> watch.Watchdog:
     for name, facts in found.values.items():
         target = facts.value(asked[0])
         draft = facts.value(asked[1]) if len(asked) > 1 else None
-        expected[name] = watch.expected_bytes(target, draft, run.profile.tp_size) if target else 0
+        expected[name] = watch.expected_bytes(target, draft, run.profile.ranks) if target else 0
     files = [run.runtime.rank_log_paths(index if len(run.nodes) > 1 else None) for index in range(len(run.nodes))]
     return watch.Watchdog(run.pair, run.inventory.container.name, run.nodes, recipe.HF_HOME, files, expected,
                           dict(run.options.stall_after), run.progress, run.runtime)

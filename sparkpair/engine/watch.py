@@ -72,9 +72,10 @@ def weight_bytes(manifest: RepoManifest) -> int:
     return sum(manifest.blobs.get(blob, 0) for path, blob in manifest.files.items() if path.endswith(".safetensors"))
 
 
-def expected_bytes(target: RepoManifest, draft: RepoManifest | None, tp_size: int) -> int:
-    """What one rank holds once loaded: its share of the target's weights and the whole draft head."""
-    return weight_bytes(target) // max(1, tp_size) + (weight_bytes(draft) if draft else 0)
+def expected_bytes(target: RepoManifest, draft: RepoManifest | None, ranks: int) -> int:
+    """What one rank holds once loaded: its share of the target's weights (split tp_size x pp_size ways: a
+    tensor slice of its pipeline stage's layers) and the whole draft head."""
+    return weight_bytes(target) // max(1, ranks) + (weight_bytes(draft) if draft else 0)
 
 
 def size(value: float) -> str:

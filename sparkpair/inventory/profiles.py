@@ -36,8 +36,11 @@ OPTION_NAME = Text("an option name (a string)")
 RUNTIME = Choice("trtllm", "vllm")
 # What a variant inherits from its profile: the model and its sizes. Engine settings (serve_args,
 # llm_api, speculative_config) belong to one runtime and come only from the variant.
-MODEL_FACTS = ("description", "target", "draft", "decoding_type", "max_draft_len", "tp_size", "target_gib",
-               "draft_gib", "headroom_gib")
+MODEL_FACTS = ("description", "target", "draft", "decoding_type", "max_draft_len", "tp_size", "pp_size", "kv_heads",
+               "target_gib", "draft_gib", "headroom_gib")
+# Tensor parallel sizes: a power of two (every model's attention heads split that way); three Sparks run a
+# pipeline (pp_size) instead (docs/profiles.md#parallelism).
+TP_SIZES = (1, 2, 4, 8)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,7 +55,9 @@ class Profile:
     draft: str | None = spec(Optional(MODEL_ID), None)
     decoding_type: str | None = spec(Optional(Choice("Eagle", "Eagle3", "DraftTarget")), None)
     max_draft_len: int | None = spec(Optional(Integer(1, 16, "a draft length")), None)
-    tp_size: int = spec(Choice(1, 2), 2)
+    tp_size: int = spec(Choice(*TP_SIZES), 2)
+    pp_size: int = spec(Integer(1, 16, "a pipeline parallel size"), 1)
+    kv_heads: int | None = spec(Optional(Integer(1, 1024, "the model's number of KV heads")), None)  # tp_size divides it
     serve_args: dict[str, bool | int | float | str] = spec(MappingOf(OPTION_NAME, Scalar()), factory=dict)
     llm_api: dict[str, Any] = spec(MappingOf(OPTION_NAME, Anything()), factory=dict)
     speculative_config: dict[str, Any] = spec(MappingOf(OPTION_NAME, Anything()), factory=dict)  # vLLM's, beyond
@@ -63,9 +68,36 @@ class Profile:
     headroom_gib: float = spec(Number(0), 8.0)
 
     @property
+    def ranks(self) -> int:
+        """How many Sparks the profile runs on, one GPU (one rank) each: tp_size x pp_size."""
+        return self.tp_size * self.pp_size
+
+    @property
     def is_pair(self) -> bool:
-        """True when the profile spans both nodes (tensor parallel 2)."""
-        return self.tp_size == 2
+        """True when the profile spans more than one node (a pair's tensor parallel 2, or N ranks)."""
+        return self.ranks > 1
+
+    def splits_kv_heads(self, tp_size: int) -> bool:
+        """Whether tp_size ranks share the model's KV heads out evenly: it divides them, or each head is
+        replicated on tp_size / kv_heads ranks (both engines do that); True when kv_heads is not known."""
+        return self.kv_heads is None or self.kv_heads % tp_size == 0 or tp_size % self.kv_heads == 0
+
+    def parallelism_problems(self, nodes: int) -> list[str]:
+        """Why the profile cannot run on an inventory of `nodes` Sparks, one line each naming the field and the
+        fix (empty: it runs on one node, or on every node with one rank each)."""
+        field = f"models.{self.name}"
+        found = []
+        if not self.splits_kv_heads(self.tp_size):
+            found.append(f"{field}.tp_size: got {self.tp_size}, which neither divides nor is a multiple of the "
+                         f"model's {self.kv_heads} KV heads (kv_heads); expected such a tp_size, with pp_size for "
+                         "the rest of the nodes")
+        if self.ranks > 1 and self.ranks != nodes:
+            tp_size = max(tp for tp in TP_SIZES if nodes % tp == 0 and self.splits_kv_heads(tp))
+            split = f"tp_size: {tp_size} and pp_size: {nodes // tp_size}"
+            found.append(f"{field}: tp_size {self.tp_size} x pp_size {self.pp_size} is {self.ranks} ranks, but the "
+                         f"inventory has {nodes} nodes (one rank per Spark); set {split} under {field} "
+                         f"(a product of {nodes}), or tp_size: 1 for one node")
+        return found
 
     @property
     def repos(self) -> list[str]:
@@ -87,6 +119,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         "decoding_type": "Eagle",
         "max_draft_len": 3,
         "tp_size": 2,
+        "kv_heads": 4,   # Qwen3-235B-A22B's config.json num_key_value_heads: no tp_size 3 (three Sparks: pp_size 3)
         "serve_args": {"backend": "pytorch", "max_num_tokens": 1024},
         "llm_api": {
             **_RECIPE_RUNTIME,

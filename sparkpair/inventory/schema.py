@@ -270,12 +270,13 @@ class Inventory:
 
     def require_two_nodes(self) -> None:
         """Returns when the inventory has two nodes (a pair, or two Sparks through a switch); InventoryError
-        (exit 2) otherwise: the commands that reach the nodes but setup-network and doctor drive two Sparks so
-        far, and must not drive two of a ring's or a bigger switch's nodes as if they were all."""
+        (exit 2) otherwise: the commands outside cli/app.py's CLUSTER_COMMANDS drive two Sparks so far, and must
+        not drive two of a ring's or a bigger switch's nodes as if they were all."""
         if len(self.nodes) != 2:
             raise InventoryError([f"nodes: got {len(self.nodes)} ({self.topology}); expected two for a command that "
-                                  "reaches the nodes or renders a launch: setup-network and doctor drive every "
-                                  "node, the other commands only two Sparks so far (docs/cluster.md)"])
+                                  "reaches the nodes: setup-network, doctor, launch, status, logs, stop and bundle "
+                                  "drive every node, diff, bench and train-draft only two Sparks so far "
+                                  "(docs/cluster.md)"])
 
     def node(self, name: str) -> Node:
         """The node called name; KeyError names the known ones."""

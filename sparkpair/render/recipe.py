@@ -92,18 +92,27 @@ FORWARDED_ENV = ("CPATH", "TRITON_PTXAS_PATH", "HF_TOKEN_PATH", "HF_HOME", "HF_H
 PER_NODE_ENV = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX")
 
 
+def ports_toward_head(inventory: Inventory, node: Node) -> tuple[str, str]:
+    """(the head's port, node's port) of the first link between the head and node: the cable or subnet each
+    worker shares with the head (in a ring a worker's first link may be the cable to the other worker). For
+    the head itself, for a node with no link to it and for both nodes of a pair (as always), each side's first
+    port."""
+    head = inventory.head
+    for link in inventory.links() if len(inventory.nodes) > 2 else ():
+        if (link.node_a, link.node_b) == (head.name, node.name):
+            return link.port_a, link.port_b
+    return next(iter(head.links)), next(iter(node.links))
+
+
 def hostfile_lines(inventory: Inventory) -> list[str]:
     """OpenMPI hostfile, head first, one slot each: the address of each node's first link (a pair: as always);
-    with more nodes each worker's address on its first link with the head, one mpirun on the head reaches (in a
-    ring a worker's first link may be the cable to the other worker)."""
+    with more nodes each worker's address on its first link with the head, one mpirun on the head reaches."""
     if len(inventory.nodes) == 2:
         return [f"{next(iter(node.links.values())).ip} slots=1" for node in inventory.nodes]
     head = inventory.head
     lines = [f"{next(iter(head.links.values())).ip} slots=1"]
     for worker in inventory.workers:
-        port = next((link.port_b for link in inventory.links() if (link.node_a, link.node_b) == (head.name, worker.name)),
-                    next(iter(worker.links)))
-        lines.append(f"{worker.links[port].ip} slots=1")
+        lines.append(f"{worker.links[ports_toward_head(inventory, worker)[1]].ip} slots=1")
     return lines
 
 
@@ -111,6 +120,7 @@ def serve_argv(inventory: Inventory, profile: Profile) -> list[str]:
     """trtllm-serve and its flags; everything else goes in the LLM-API YAML."""
     argv = ["trtllm-serve", profile.target]
     flags: dict[str, Any] = {**profile.serve_args, "tp_size": profile.tp_size}
+    flags |= {"pp_size": profile.pp_size} if profile.pp_size > 1 else {}
     for name, value in flags.items():
         if value is True:
             argv.append(f"--{name}")
@@ -138,7 +148,8 @@ def llm_api_options(profile: Profile) -> dict[str, Any]:
 
 
 def mpirun_argv(inventory: Inventory, profile: Profile) -> list[str]:
-    """The mpirun line run in the head container (TP=2: one rank per node) or the bare serve line (TP=1)."""
+    """The mpirun line run in the head container (one rank per node: tp_size x pp_size of them) or the bare
+    serve line (one rank)."""
     serve = serve_argv(inventory, profile)
     if not profile.is_pair:
         return serve

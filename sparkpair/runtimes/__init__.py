@@ -137,11 +137,16 @@ def runtime_of(profile: Profile) -> Runtime:
 
 
 def rank_nodes(inventory: Inventory, profile: Profile, node: str | None = None) -> list[str]:
-    """Node names in rank order: every node for a pair profile (head first), else the one chosen (default:
-    the head). A UsageError names a bad --node."""
+    """Node names in rank order: every node for a profile of more than one rank (head first; its tp_size x pp_size
+    must be the number of nodes), else the one chosen (default: the head). A UsageError names a bad --node, or
+    the profile's field and the fix when its ranks do not fit the inventory's nodes."""
+    problems = profile.parallelism_problems(len(inventory.nodes))
+    if problems:
+        raise UsageError(problems[0])
     if profile.is_pair:
         if node is not None:
-            raise UsageError(f"--node: this profile runs on both nodes (tp_size {profile.tp_size})")
+            raise UsageError(f"--node: this profile runs on every node (tp_size {profile.tp_size} x pp_size "
+                             f"{profile.pp_size})")
         return [n.name for n in inventory.nodes]
     if node is not None and node not in [n.name for n in inventory.nodes]:
         raise UsageError(f"--node: no node {node!r}; the inventory has {', '.join(n.name for n in inventory.nodes)}")

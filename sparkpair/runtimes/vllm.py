@@ -28,7 +28,8 @@ SERVE_LOG = f"{recipe.LOG_DIR}/serve.log"
 RAY_LOG = f"{recipe.LOG_DIR}/ray.log"      # `ray start`'s output in Ray mode (the start's log="ray")
 # Flags sparkpair sets from the inventory and the launch; a profile that sets one is refused (it would
 # contradict the pair's own addresses, ports or ranks).
-OWN_FLAGS = ("--host", "--port", "--served-model-name", "--tensor-parallel-size", "--distributed-executor-backend",
+OWN_FLAGS = ("--host", "--port", "--served-model-name", "--tensor-parallel-size", "--pipeline-parallel-size",
+             "--distributed-executor-backend",
              "--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "--speculative-config",
              "--model", "--hf-token")
 SHM_SIZE = "10.24g"  # NVIDIA's vLLM playbook (run_cluster.sh)
@@ -47,8 +48,16 @@ def flag_of(name: str) -> str:
     return "--" + name.removeprefix("--").replace("_", "-")
 
 
-def _head_address(inventory: Inventory) -> str:
-    return str(next(iter(inventory.head.links.values())).ip)
+def _head_address(inventory: Inventory, node: Node | None = None) -> str:
+    """The head's address that node reaches: on the cable or subnet node shares with the head (in a ring each
+    worker has its own cable to it); the head's first address for the head itself, or no node."""
+    head = inventory.head
+    return str(head.links[recipe.ports_toward_head(inventory, node or head)[0]].ip)
+
+
+def _own_twin(inventory: Inventory, node: Node) -> str:
+    """node's interface toward the head (the head's own: its first): its VLLM_HOST_IP, Gloo's and TP's socket."""
+    return recipe.ports_toward_head(inventory, node)[1]
 
 
 class Vllm:
@@ -94,23 +103,25 @@ class Vllm:
         return inventory.vllm.name
 
     def container_env(self, inventory: Inventory, node: Node, fabric: recipe.NodeFabric | None) -> dict[str, str]:
-        """The playbook's per-node variables: VLLM_HOST_IP is the node's own QSFP address; Gloo, TP and
-        NCCL's socket traffic stay on the cabled port; NCCL_IB_HCA and the GID index are the node's own."""
+        """The playbook's per-node variables: VLLM_HOST_IP is the node's own QSFP address on its twin toward the
+        head (a pair's: its first); Gloo, TP and NCCL's socket traffic stay on the cabled ports; NCCL_IB_HCA and
+        the GID index are the node's own."""
         twins = list(node.links)
+        own = _own_twin(inventory, node)
         env = {
-            "VLLM_HOST_IP": str(node.links[twins[0]].ip),
-            "GLOO_SOCKET_IFNAME": twins[0],
-            "TP_SOCKET_IFNAME": twins[0],
+            "VLLM_HOST_IP": str(node.links[own].ip),
+            "GLOO_SOCKET_IFNAME": own,
+            "TP_SOCKET_IFNAME": own,
             "NCCL_SOCKET_IFNAME": ",".join(twins),
             "UCX_NET_DEVICES": ",".join(twins),
-            "OMPI_MCA_btl_tcp_if_include": twins[0],
+            "OMPI_MCA_btl_tcp_if_include": own,
             **(fabric.env() if fabric else {}),
             "HF_HOME": recipe.HF_HOME,
             "HF_TOKEN_PATH": recipe.HF_TOKEN_FILE,
             "HF_HUB_OFFLINE": "1",
         }
         if inventory.vllm.multinode == "ray":
-            env |= {"RAY_memory_monitor_refresh_ms": "0", "MASTER_ADDR": _head_address(inventory)}
+            env |= {"RAY_memory_monitor_refresh_ms": "0", "MASTER_ADDR": _head_address(inventory, node)}
         env.update(inventory.vllm.env)
         env.update(inventory.container.env)
         return env
@@ -142,7 +153,7 @@ class Vllm:
     def starts(self, inventory: Inventory, profile: Profile, nodes: list[str]) -> list[Start]:
         if len(nodes) > 1 and inventory.vllm.multinode == "ray":
             return self._ray_starts(inventory, profile, nodes)
-        return [Start(node, self.serve_argv(inventory, profile, rank, len(nodes)), serves=rank == 0)
+        return [Start(node, self.serve_argv(inventory, profile, rank, len(nodes), node=node), serves=rank == 0)
                 for rank, node in enumerate(nodes)]
 
     def _ray_starts(self, inventory: Inventory, profile: Profile, nodes: list[str]) -> list[Start]:
@@ -154,24 +165,29 @@ class Vllm:
         starts = [Start(nodes[0], ["ray", "start", "--block", "--head", "--port", port, "--node-ip-address", head_ip],
                         log="ray", until=f"{status} >/dev/null 2>&1", until_means="the Ray head is up")]
         for name in nodes[1:]:
-            own = str(next(iter(inventory.node(name).links.values())).ip)
-            starts.append(Start(name, ["ray", "start", "--block", "--address", f"{head_ip}:{port}",
-                                       "--node-ip-address", own], log="ray"))
-        joined = f'test "$({status} 2>/dev/null | grep -c " node_")" -ge {len(nodes)}'
+            node = inventory.node(name)
+            starts.append(Start(name, ["ray", "start", "--block", "--address", f"{_head_address(inventory, node)}:{port}",
+                                       "--node-ip-address", str(node.links[_own_twin(inventory, node)].ip)], log="ray"))
+        last = f"ray status --address {_head_address(inventory, inventory.node(nodes[-1]))}:{port}"
+        joined = f'test "$({last} 2>/dev/null | grep -c " node_")" -ge {len(nodes)}'
         starts[-1] = replace(starts[-1], until=joined, until_means=f"the Ray cluster has {len(nodes)} nodes (ray status)")
         return starts + [Start(nodes[0], self.serve_argv(inventory, profile, 0, len(nodes), ray=True), serves=True)]
 
-    def serve_argv(self, inventory: Inventory, profile: Profile, rank: int, ranks: int, ray: bool = False) -> list[str]:
-        """`vllm serve` for one rank: the verified snapshot under the repo id's name, the pair's addresses
-        and ranks, the draft, then the profile's own flags."""
+    def serve_argv(self, inventory: Inventory, profile: Profile, rank: int, ranks: int, ray: bool = False,
+                   node: str | None = None) -> list[str]:
+        """`vllm serve` for one rank on node (None: the head): the verified snapshot under the repo id's name,
+        the nodes' addresses (--master-addr: the head's address on the link node shares with it) and ranks, the
+        tensor x pipeline split, the draft, then the profile's own flags."""
         argv = ["vllm", "serve", recipe.model_link(profile.target), "--served-model-name", profile.target,
                 "--host", "0.0.0.0", "--port", str(inventory.server.port),
                 "--tensor-parallel-size", str(profile.tp_size)]
+        argv += ["--pipeline-parallel-size", str(profile.pp_size)] if profile.pp_size > 1 else []
         if ray:
             argv += ["--distributed-executor-backend", "ray"]
         elif ranks > 1:
             argv += ["--distributed-executor-backend", "mp", "--nnodes", str(ranks), "--node-rank", str(rank),
-                     "--master-addr", _head_address(inventory), "--master-port", str(inventory.vllm.master_port)]
+                     "--master-addr", _head_address(inventory, inventory.node(node) if node else None),
+                     "--master-port", str(inventory.vllm.master_port)]
             argv += ["--headless"] if rank > 0 else []
         speculative = self.speculative_config(profile)
         if speculative:

@@ -1,0 +1,87 @@
+"""sparkpair launch, status, logs and stop at N nodes on the simulated switch of four (docs/cluster.md): the stand-in
+TensorRT-LLM at TP=4 (one mpirun of four ranks, one per node), then the real vLLM (its CPU build) at TP=4 with
+--nnodes 4. One shape start for the module (about a minute); `testbed_shape` brings back the pair after it.
+Run under `flock /tmp/simpair.lock`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import run_sparkpair
+
+NODES = ("spark-a", "spark-b", "spark-c", "spark-d")
+SPLIT = {"qwen3-235b": {"tp_size": 4}}   # one rank per Spark of the switch
+
+
+@pytest.fixture(scope="module")
+def switch_of_four(testbed_shape, tmp_path_factory):
+    """The switch of four, networked by sparkpair, and its inventory with qwen3-235b split over the four nodes."""
+    bed = testbed_shape(4, "switch")
+    data = yaml.safe_load(Path(bed.inventory).read_text())
+    assert data["topology"] == "switch" and [node["name"] for node in data["nodes"]] == list(NODES)
+    path = tmp_path_factory.mktemp("switch4") / "inventory.yaml"
+    path.write_text(yaml.safe_dump({**data, "models": SPLIT}))
+    # spark-c and spark-d are made anew with each shape (new host keys): what the pair's nodes learnt of an
+    # earlier one is forgotten first, as setup-network's refusal says to for a reinstalled node
+    made = [name for node in data["nodes"][2:] for name in (node["name"], *(ip.split("/")[0]
+                                                                            for ip in node["links"].values()))]
+    for name in NODES[:2]:
+        bed.exec(name, " ".join(f"ssh-keygen -q -R {host} -f /home/nvidia/.ssh/known_hosts >/dev/null 2>&1;" for host in made)
+                 + " true", user="nvidia", check=False)
+    networked = run_sparkpair(path, "setup-network", "--yes", timeout=900)
+    if networked.code != 0:
+        pytest.fail(f"setup-network on the switch of four failed:\n{networked.text}")
+    run_sparkpair(path, "stop")
+    yield bed, path
+    run_sparkpair(path, "stop")
+
+
+def _serving_on_every_node(path: Path) -> dict:
+    run = run_sparkpair(path, "status", "--json")
+    status = json.loads(run.out)
+    assert run.code == 0 and status["state"] == "serving", run.text
+    assert sorted(status["nodes"]) == list(NODES) and all(node["ranks_alive"] > 0 for node in status["nodes"].values())
+    return status
+
+
+def _stop_cleans_every_node(bed, path: Path, container: str) -> None:
+    stop = run_sparkpair(path, "stop")
+    assert stop.code == 0 and all(f"{name}: removed {container}" in stop.out for name in NODES), stop.text
+    for name in NODES:
+        assert container not in bed.exec(name, "docker ps -a --format '{{.Names}}'").stdout
+    assert json.loads(run_sparkpair(path, "status", "--json").out)["state"] == "stopped"
+
+
+def test_the_stand_in_tensorrt_llm_reaches_ready_at_tp4_across_the_switch(switch_of_four) -> None:
+    bed, path = switch_of_four
+    run = run_sparkpair(path, "launch", "--timeout", "300", timeout=1200)
+    assert run.code == 0 and "ready in" in run.out, run.text
+    assert "mpirun -np 4 " in run.err + run.out and "--tp_size 4" in run.err + run.out
+    state = json.loads(bed.exec("spark-a", "cat ~/.sparkpair/state/launch.json", user="nvidia").stdout)
+    assert state["nodes"] == list(NODES) and state["runtime"] == "trtllm"
+    _serving_on_every_node(path)
+    logs = run_sparkpair(path, "logs", "--tail", "20")
+    assert logs.code == 0 and all(f"==> {name} (rank {rank}) <==" in logs.out for rank, name in enumerate(NODES))
+    _stop_cleans_every_node(bed, path, "trtllm-multinode")
+
+
+def test_the_real_vllm_reaches_ready_at_tp4_with_nnodes_4(switch_of_four) -> None:
+    bed, path = switch_of_four
+    bed.vllm()  # the vLLM image in every node's engine, the tiny target and draft in the head's cache
+    run = run_sparkpair(path, "launch", "qwen3-235b", "--runtime", "vllm", "--timeout", "1500", timeout=1800)
+    assert run.code == 0 and "ready in" in run.out, run.text
+    state = json.loads(bed.exec("spark-a", "cat ~/.sparkpair/state/launch.json", user="nvidia").stdout)
+    assert state["nodes"] == list(NODES) and state["runtime"] == "vllm"
+    head = next(iter(yaml.safe_load(path.read_text())["nodes"][0]["links"].values())).split("/")[0]
+    lines = state["command"].splitlines()  # each node's `vllm serve`: its rank, the head's switch address
+    assert len(lines) == 4 and all(f"[{name}] vllm serve " in line and f"--nnodes 4 --node-rank {rank} " in line
+                                   and f"--master-addr {head} " in line
+                                   for rank, (name, line) in enumerate(zip(NODES, lines, strict=True)))
+    last = bed.exec("spark-d", "docker exec vllm-multinode cat /var/log/sparkpair/serve.log").stdout
+    assert "world_size=4 rank=3" in last
+    _serving_on_every_node(path)
+    _stop_cleans_every_node(bed, path, "vllm-multinode")
