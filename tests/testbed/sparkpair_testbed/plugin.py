@@ -50,10 +50,18 @@ def pytest_configure(config) -> None:
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """Every test that uses the pair is an integration test."""
+    """Every test that uses the pair is an integration test; the tests on a larger shape (`testbed_shape`) run
+    after every other test, so a reshape and its way back can never disturb a module of the pair (a session
+    that ran a pair module after a switch of four saw that module's launch fail)."""
     for item in items:
         if "testbed_pair" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.integration)
+    items.sort(key=on_a_larger_shape)  # stable: the order within each group stays
+
+
+def on_a_larger_shape(item) -> bool:
+    """Whether the test brings up a shape other than the pair."""
+    return "testbed_shape" in getattr(item, "fixturenames", ())
 
 
 def unavailable_reason() -> str | None:
