@@ -209,8 +209,12 @@ def rank_processes(connection: Node, inventory: Inventory, runtime: Runtime,
 
 
 def launch_nodes(inventory: Inventory, state: LaunchState | None) -> list[str]:
-    """The nodes of the last launch, serving node first; both nodes when nothing was launched."""
-    return list(state.nodes) if state and state.nodes else [node.name for node in inventory.nodes]
+    """The nodes of the last launch that the inventory still has, serving node first; every node of the
+    inventory when nothing was launched or none of them is left (a launch across a switch of four, then the
+    inventory cut back to a pair: status, logs and stop act on the pair, never on nodes it no longer names)."""
+    known = [node.name for node in inventory.nodes]
+    kept = [name for name in state.nodes if name in known] if state else []
+    return kept or known
 
 
 def generate_one_token(serving: Node, port: int, model: str) -> tuple[bool, str]:

@@ -247,3 +247,18 @@ def test_a_pair_listing_its_twins_in_another_order_keeps_each_nodes_first_twin_a
     first = next(iter(worker.links))
     assert (env["GLOO_SOCKET_IFNAME"], env["VLLM_HOST_IP"]) == (first, str(worker.links[first].ip))
     assert recipe.hostfile_lines(inventory)[1] == f"{worker.links[first].ip} slots=1"
+
+
+def test_after_a_launch_across_four_the_pairs_inventory_acts_on_its_own_two_nodes_only() -> None:
+    """A launch across the switch of four, then the inventory back to a pair: status, logs and stop act on the
+    pair's nodes (before: the state's four names, two of which the pair no longer has)."""
+    from sparkpair.engine.lifecycle import launch_nodes
+    from sparkpair.engine.state import LaunchState
+
+    four = LaunchState("qwen3-235b", ["spark-a", "spark-b", "spark-c", "spark-d"], 0.0, "mpirun -np 4 ...")
+    pair = cluster(switch_data(2))
+    assert launch_nodes(pair, four) == ["spark-a", "spark-b"]
+    assert launch_nodes(cluster(switch_data(4)), four) == ["spark-a", "spark-b", "spark-c", "spark-d"]
+    assert launch_nodes(pair, None) == ["spark-a", "spark-b"]
+    gone = LaunchState("qwen3-235b", ["spark-x"], 0.0, "vllm serve ...")
+    assert launch_nodes(pair, gone) == ["spark-a", "spark-b"]
