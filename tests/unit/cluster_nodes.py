@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
 from fakenode import Call, FakeNode, ProbeRound, Reply, containing, fake_pair, is_probe_round, prefix
 from test_topology import ring_data, switch_data
 
@@ -276,3 +278,16 @@ def rdma_answers(node: Node, gid_index: int = 3) -> Answers:
                        f"{port}/gid_attrs/ndevs/{index}:{twin}"]
     return {rdma.DEVICES: "\n".join(devices) + "\n", rdma.PORTS: "\n".join(devinfo),
             rdma.GID_TABLES: "\n".join(tables) + "\n"}
+
+
+@pytest.fixture
+def ring_file(tmp_path: Path) -> Path:
+    """A ring of three whose nodes are on loopback ports nothing listens on, with an SSH key that does not exist:
+    a command that reaches the nodes fails per node, so the CLI's gate is seen without any connection."""
+    data = ring_data()
+    for index, node in enumerate(data["nodes"]):
+        node["host"], node["port"] = f"127.0.0.{index + 1}", 1
+    data["cluster"] = {"ssh_key": str(tmp_path / "absent-key"), "known_hosts": str(tmp_path / "known_hosts")}
+    path = tmp_path / "ring.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path

@@ -8,24 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
-from test_topology import ring_data
 
 from sparkpair.cli import main
 from sparkpair.cli.app import CLUSTER_COMMANDS
 
 REFUSAL = "nodes: got 3 (ring); expected two for a command that reaches the nodes"
-
-
-@pytest.fixture
-def ring_file(tmp_path: Path) -> Path:
-    data = ring_data()
-    for index, node in enumerate(data["nodes"]):
-        node["host"], node["port"] = f"127.0.0.{index + 1}", 1
-    data["cluster"] = {"ssh_key": str(tmp_path / "absent-key"), "known_hosts": str(tmp_path / "known_hosts")}
-    path = tmp_path / "ring.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 @pytest.mark.parametrize("command", [["setup-network", "--dry-run"], ["doctor", "--only", "links", "--timeout", "5"]])

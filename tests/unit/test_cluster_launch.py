@@ -179,17 +179,6 @@ def test_a_launch_plan_on_a_switch_of_four_writes_every_nodes_config_and_runs_mp
 
 # --- the CLI -------------------------------------------------------------------------------------------------------
 
-@pytest.fixture
-def ring_file(tmp_path: Path) -> Path:
-    data = ring_data()
-    for index, node in enumerate(data["nodes"]):
-        node["host"], node["port"] = f"127.0.0.{index + 1}", 1
-    data["cluster"] = {"ssh_key": str(tmp_path / "absent-key"), "known_hosts": str(tmp_path / "known_hosts")}
-    path = tmp_path / "ring.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
 @pytest.mark.parametrize(("command", "reached"), [(["status"], "abc"), (["stop"], "abc"), (["logs"], ""),
                                                  (["bundle", "--out", "b.tar.gz"], "abc"),
                                                  (["launch", "gpt-oss-120b", "--no-wait"], "abc")])
