@@ -39,13 +39,14 @@ def example_inventory_path() -> Path:
 
 def sparkpair_reset_spec(inventory: Inventory) -> dict:
     """What sparkpair's commands (and its tests) leave on a node, as a testbed reset spec: the
-    engine container, its state, node key, known_hosts, backups and first-touch snapshot, its netplan
+    engine container, its state, node key, known_hosts (and the known_hosts.old that `ssh-keygen -R`, the
+    fix setup-network names for a reinstalled node, leaves), backups and first-touch snapshot, its netplan
     file, setup-network's watchdog and its log, the node keys it authorized, and the QSFP twins it
     configured."""
     return {
         "containers": [inventory.container.name],
         "paths": [paths.STATE_DIR, paths.NODE_KEY, f"{paths.NODE_KEY}.pub", paths.KNOWN_HOSTS,
-                  paths.NETPLAN_PATH, FOREIGN_NETPLAN, paths.SYSTEM_BACKUPS, paths.WATCHDOG_DIR, paths.WATCHDOG_LOG,
+                  f"{paths.KNOWN_HOSTS}.old", paths.NETPLAN_PATH, FOREIGN_NETPLAN, paths.SYSTEM_BACKUPS, paths.WATCHDOG_DIR, paths.WATCHDOG_LOG,
                   watchdog.BOOT_DIR],
         "authorized_key_comments": [paths.node_key_comment("*")],
         "interfaces": sorted({name for node in inventory.nodes for name in node.links}),

@@ -31,7 +31,7 @@ def switch_of_four(testbed_shape, tmp_path_factory):
                                                                             for ip in node["links"].values()))]
     for name in NODES[:2]:
         bed.exec(name, " ".join(f"ssh-keygen -q -R {host} -f /home/nvidia/.ssh/known_hosts >/dev/null 2>&1;" for host in made)
-                 + " true", user="nvidia", check=False)
+                 + " rm -f /home/nvidia/.ssh/known_hosts.old", user="nvidia", check=False)
     networked = run_sparkpair(path, "setup-network", "--yes", timeout=900)
     if networked.code != 0:
         pytest.fail(f"setup-network on the switch of four failed:\n{networked.text}")
