@@ -46,8 +46,8 @@ def sparkpair_reset_spec(inventory: Inventory) -> dict:
     return {
         "containers": [inventory.container.name],
         "paths": [paths.STATE_DIR, paths.NODE_KEY, f"{paths.NODE_KEY}.pub", paths.KNOWN_HOSTS,
-                  f"{paths.KNOWN_HOSTS}.old", paths.NETPLAN_PATH, FOREIGN_NETPLAN, paths.SYSTEM_BACKUPS, paths.WATCHDOG_DIR, paths.WATCHDOG_LOG,
-                  watchdog.BOOT_DIR],
+                  f"{paths.KNOWN_HOSTS}.old", paths.NETPLAN_PATH, FOREIGN_NETPLAN, paths.SYSTEM_BACKUPS,
+                  paths.WATCHDOG_DIR, paths.WATCHDOG_LOG, watchdog.BOOT_DIR],
         "authorized_key_comments": [paths.node_key_comment("*")],
         "interfaces": sorted({name for node in inventory.nodes for name in node.links}),
     }

@@ -14,7 +14,7 @@ from sparkpair.checks import SETUP_NETWORK, Facts, Finding, fail, ok, reachable_
 from sparkpair.checks.roce import roce_probes
 from sparkpair.errors import last_line
 from sparkpair.inventory import Inventory, Node
-from sparkpair.inventory.topology import same_half
+from sparkpair.inventory.topology import same_half, same_port
 from sparkpair.probes import NodeFacts, Probe, ProbeFailure, net, rdma
 from sparkpair.probes.net import PingResult
 from sparkpair.transport import Shell
@@ -285,12 +285,26 @@ def _crossing(facts: Facts) -> Iterable[Finding]:
                        skip("links.crossed", node.name, f"{twin}: no answer from {end.peer.name} (see path.ping)"))
             elif owner == (end.peer.name, end.peer_port):
                 yield ok("links.crossed", node.name, f"{twin} is cabled to {end.peer.name}'s {end.peer_port}")
+            elif owner is not None and inventory.topology == "ring" and not same_port(owner[1], end.peer_port):
+                yield _crossed_at_peer(inventory, node, end, owner[1])
             else:
                 reached = owner[1] if owner and owner[0] == end.peer.name else f"unknown interface {mac}"
                 yield fail("links.crossed", node.name,
                            f"{twin} reaches {end.peer.name}'s {reached}, not its {end.peer_port}: cables crossed "
                            "between twins",
                            "swap the QSFP cables (or the interface names in nodes[].links) so twin meets twin")
+
+
+def _crossed_at_peer(inventory: Inventory, node: Node, end: LinkEnd, reached: str) -> Finding:
+    """links.crossed for a twin whose cable reaches the right neighbour on that neighbour's other QSFP port: the
+    two cables are crossed at the neighbour, so the finding names the neighbour's ports and the same fix the
+    neighbour's own finding gives."""
+    index = inventory.nodes.index(end.peer)
+    return fail("links.crossed", node.name, f"{end.port} reaches {end.peer.name}'s {reached}, not its "
+                                            f"{end.peer_port}: the cables on {end.peer.name}'s {end.peer_port} and "
+                                            f"{reached} are crossed",
+                f"swap the QSFP cables on {end.peer.name}'s {end.peer_port} and {reached}, or swap their addresses "
+                f"in nodes[{index}].links")
 
 
 def _ring_crossed(inventory: Inventory, node: Node, end: LinkEnd, reached: str, ends: list[LinkEnd]) -> Finding:

@@ -47,6 +47,13 @@ def physical_port(interface: str) -> str | None:
     return f"f{found.group(1)}" if found else None
 
 
+def same_port(first: str, second: str) -> bool:
+    """Whether two Spark interfaces are twins of one physical QSFP port (enp1s0f1np1 and enP2p1s0f1np1 are);
+    an interface whose name does not say its port is only the same port as itself."""
+    port = physical_port(first)
+    return first == second or (port is not None and port == physical_port(second))
+
+
 def same_half(first: str, second: str) -> bool:
     """Whether two Spark interfaces are the same half of their ports (enp1s0f0np0 and enp1s0f1np1 are, and
     enP2p1s0f0np0 and enP2p1s0f1np1; enp1s0f0np0 and enP2p1s0f1np1 are not)."""

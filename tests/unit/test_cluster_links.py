@@ -187,3 +187,25 @@ def test_the_netplan_planner_plans_every_node_of_a_ring_or_a_switch(inventory: I
     for node, change in zip(inventory.nodes, plan.changes[::2], strict=True):
         assert sorted(_planned_addresses(change.diff)) == sorted(str(a) for a in node.links.values())
         assert change.diff.count("+      mtu: 9000") == len(node.links)
+
+
+def test_the_neighbours_of_a_node_whose_cables_are_crossed_name_that_nodes_ports() -> None:
+    """spark-b's two plugs swapped, as the testbed's crossed-ring-cable fault does: spark-a's f0 cable lands on
+    spark-b's f0 (not its f1) and spark-c's f1 cable on spark-b's f1 (not its f0). Both neighbours name spark-b's
+    ports with spark-b's fix, not a swap of twins."""
+    facts = healthy_facts(RING)
+    for name, twin, address, reached in (("spark-a", F0, "198.19.10.2", F0), ("spark-a", F0B, "198.19.11.2", F0B),
+                                         ("spark-c", F1, "198.19.20.1", F1), ("spark-c", F1B, "198.19.21.1", F1B)):
+        probe = links.crossing_probe(RING, RING.node(name))
+        facts[name][probe] = {**facts[name][probe], (twin, address): mac(RING, "spark-b", reached)}
+    crossed = [f for f in not_ok(judged(RING, facts)) if f[0] == "links.crossed"]
+    assert [(f[1], f[2]) for f in crossed] == [
+        ("spark-a", f"{F0} reaches spark-b's {F0}, not its {F1}: the cables on spark-b's {F1} and {F0} are crossed"),
+        ("spark-a", f"{F0B} reaches spark-b's {F0B}, not its {F1B}: the cables on spark-b's {F1B} and {F0B} are "
+                    "crossed"),
+        ("spark-c", f"{F1} reaches spark-b's {F1}, not its {F0}: the cables on spark-b's {F0} and {F1} are crossed"),
+        ("spark-c", f"{F1B} reaches spark-b's {F1B}, not its {F0B}: the cables on spark-b's {F0B} and {F1B} are "
+                    "crossed")]
+    assert {f[3] for f in crossed[:2]} == {f"swap the QSFP cables on spark-b's {F1} and {F0}, or swap their addresses "
+                                           "in nodes[1].links", f"swap the QSFP cables on spark-b's {F1B} and {F0B}, "
+                                           "or swap their addresses in nodes[1].links"}
