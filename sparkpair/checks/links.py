@@ -160,8 +160,7 @@ def _twin(facts: Facts, name: str, node_facts: NodeFacts, twin: str, address: st
     elif not interface.admin_up:
         yield fail("links.carrier", name, f"{twin}: admin down", setup(f"brings {twin} up on {name}"), SETUP_NETWORK)
     else:
-        yield fail("links.carrier", name, f"{twin}: no carrier",
-                   f"reseat the QSFP cable of {twin} on {name} (same port on both Sparks)")
+        yield fail("links.carrier", name, f"{twin}: no carrier", _no_carrier_fix(facts.inventory, name, twin))
     yield _speed(name, twin, node_facts.get(net.ethtool(twin)), interface.carrier)
     if address in interface.ipv4:
         others = [a for a in interface.ipv4 if a != address]
@@ -176,6 +175,18 @@ def _twin(facts: Facts, name: str, node_facts: NodeFacts, twin: str, address: st
            fail("links.mtu", name, f"{twin} mtu {interface.mtu}, inventory says {mtu}",
                 setup(f"sets {twin} of {name} to mtu {mtu}"), SETUP_NETWORK))
     yield _persistence(name, twin, address, interface, node_facts.get(net.NETPLAN_FILES))
+
+
+def _no_carrier_fix(inventory: Inventory, name: str, twin: str) -> str:
+    """What to do about a twin without carrier: a pair's cable on both Sparks; a ring's cable to the neighbour
+    its address expects; through a switch, the node's cable to the switch and that switch port."""
+    if inventory.topology == "switch":
+        return (f"check the QSFP cable from {name}'s {twin} to the switch and that its switch port is up "
+                "(enabled, in the bridge of the other nodes' ports)")
+    ends = [end for end in link_ends(inventory, inventory.node(name)) if end.port == twin]
+    if inventory.topology == "ring" and ends:
+        return f"reseat the QSFP cable of {twin} on {name} and its other end, {ends[0].peer.name}'s {ends[0].peer_port}"
+    return f"reseat the QSFP cable of {twin} on {name} (same port on both Sparks)"
 
 
 def _speed(name: str, twin: str, ethtool: object, carrier: bool) -> Finding:

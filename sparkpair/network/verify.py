@@ -23,9 +23,16 @@ TRUST_CHECKS: list[tuple[str, CheckFunction]] = [("trust", links.check_trust)]
 
 
 def problems(findings: Iterable[Finding]) -> list[str]:
-    """`node: detail` for every FAIL, and every WARN that setup-network is there to fix."""
-    return [f"{finding.node}: {finding.detail}" for finding in findings
+    """`node: detail` for every FAIL, and every WARN that setup-network is there to fix; `(fix: ...)` follows
+    when the fix is the operator's hands (a cable, a switch port), not another run of setup-network."""
+    return [f"{finding.node}: {finding.detail}" + (f" (fix: {finding.fix})" if _by_hand(finding) else "")
+            for finding in findings
             if finding.status is Status.FAIL or (finding.status is Status.WARN and finding.fixed_by == SETUP_NETWORK)]
+
+
+def _by_hand(finding: Finding) -> bool:
+    """Whether the finding's fix is something other than setup-network itself (which just ran)."""
+    return bool(finding.fix) and finding.fixed_by != SETUP_NETWORK and "setup-network" not in finding.fix
 
 
 def _gather_and_judge(pair: Pair, inventory: Inventory, probes_of: object, checks: list[tuple[str, CheckFunction]],

@@ -5,10 +5,11 @@ apply confirmed on every node, every expected link verified (a crossed ring cabl
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
-from cluster_nodes import RING, SWITCH, arming_and_confirming, cluster_of, expected_cabling, host_key
+from cluster_nodes import RING, SWITCH, arming_and_confirming, cluster_of, expected_cabling, host_key, interfaces
 from test_topology import F0, F0B, F1, F1B
 
 from sparkpair import render
@@ -79,9 +80,11 @@ def test_a_crossed_ring_cable_is_named_by_its_ports_from_one_probe_round() -> No
     pair, nodes = cluster_of(RING, cabling, configured=True)
     found = verify.verify_link(pair, RING, deadline_s=0)
     assert "spark-a: enp1s0f0np0 reaches spark-c, expected spark-b: the cables on spark-a's enp1s0f0np0 and " \
-           "enp1s0f1np1 are crossed" in found
+           "enp1s0f1np1 are crossed (fix: swap the QSFP cables on spark-a's enp1s0f0np0 and enp1s0f1np1, or swap " \
+           "their addresses in nodes[0].links)" in found
     assert "spark-a: enp1s0f1np1 reaches spark-b, expected spark-c: the cables on spark-a's enp1s0f1np1 and " \
-           "enp1s0f0np0 are crossed" in found
+           "enp1s0f0np0 are crossed (fix: swap the QSFP cables on spark-a's enp1s0f1np1 and enp1s0f0np0, or swap " \
+           "their addresses in nodes[0].links)" in found
     assert all(len(fake.calls) == 1 for fake in nodes.values())  # the crossing facts ride in the one round
 
 
@@ -158,3 +161,17 @@ def test_a_rings_crossing_round_asks_the_other_neighbour_only_when_the_expected_
     assert command.startswith("{ ping -n -c 1 -W 1 -I enp1s0f0np0 198.19.10.2 >/dev/null 2>&1 || "
                               "ping -n -c 1 -W 1 -I enp1s0f0np0 198.19.30.1 >/dev/null 2>&1 || true; } & ")
     assert command.count("} & ") == 4 and command.endswith(" & wait; ip -j neigh show")  # every twin at once
+
+
+def test_a_switch_port_that_is_down_is_named_with_the_switch_in_its_fix() -> None:
+    """spark-c's switch port down: both its twins lose carrier; setup-network's problem names the cable to the
+    switch and the switch port, not a back-to-back cable on both Sparks."""
+    items = json.loads(interfaces(SWITCH, "spark-c", configured=True))
+    for item in items:
+        if item["ifname"] in (F1, F1B):
+            item["flags"] = ["NO-CARRIER", "BROADCAST", "MULTICAST", "UP"]
+    pair, _ = cluster_of(SWITCH, configured=True, extra={"spark-c": {net.INTERFACES: json.dumps(items)}})
+    found = verify.verify_link(pair, SWITCH, deadline_s=0)
+    assert f"spark-c: {F1}: no carrier (fix: check the QSFP cable from spark-c's {F1} to the switch and that its " \
+           "switch port is up (enabled, in the bridge of the other nodes' ports))" in found
+    assert not [line for line in found if "no carrier" in line and not line.startswith("spark-c:")]

@@ -170,7 +170,8 @@ def test_link_problems_name_the_node_and_interface() -> None:
     facts[net.INTERFACES]["enP2p1s0f1np1"] = net.Interface("enP2p1s0f1np1", "", 9000, True, False,
                                                          facts[net.INTERFACES]["enP2p1s0f1np1"].addresses)
     problems = verify.problems(judge(SIM, {"spark-a": facts}, verify.LINK_CHECKS, links.VERIFIED))
-    assert "spark-a: enP2p1s0f1np1: no carrier" in problems
+    assert "spark-a: enP2p1s0f1np1: no carrier (fix: reseat the QSFP cable of enP2p1s0f1np1 on spark-a (same port " \
+           "on both Sparks))" in problems
     assert "spark-a: enp1s0f1np1 -> 198.19.1.12: no reply (0 of 2 answered)" in problems
 
 
