@@ -1,11 +1,14 @@
 """doctor: read-only preflight of everything a launch needs; each finding carries its fix.
 
 Each node gets one SSH connection and one batched probe round (plus a short clock round trip);
-both nodes are probed at once. Check functions are pure: facts in, findings out, and they are the
+every node is probed at once. Check functions are pure: facts in, findings out, and they are the
 only judges: setup-network verifies the link by running the same link checks over the facts it
-gathered. An unreachable node turns into FAIL rows for that node while the other is still checked.
+gathered. An unreachable node turns into FAIL rows for that node while the others are still checked.
+A finding about every node at once is labelled `Facts.whole` (`pair` for two nodes, `cluster` for more)
+and names them as `Facts.every` (`both nodes`, `all N nodes`).
 
-Holds the findings model here; `catalog` (order, launch-critical ids), `node`, `links`, `roce`,
+Holds the findings model here; `catalog` (order, launch-critical ids), `node`, `links`, `crossing`
+(links.crossed: whose interface answered each twin's address), `roce`,
 `engine` (the checks and the probes each judges), `deep` (the verdicts on doctor --deep's MPI jobs),
 `nccltests` (the pure parser of an all_gather_perf run that deep.nccl judges) and `playbook` (drift
 from NVIDIA's playbooks, judged from the inventory alone). Judges only: what
@@ -26,8 +29,24 @@ from sparkpair.inventory.profiles import Profile
 from sparkpair.probes import NodeFacts, Probe, docker
 
 RUNBOOK = "docs/runbooks.md"
+PAIR, CLUSTER = "pair", "cluster"   # the row label of a finding about every node at once
 SETUP_NETWORK = "setup-network"
 T = TypeVar("T")
+
+
+def whole(count: int) -> str:
+    """The label of a finding about every node at once: `pair` for two nodes, `cluster` for more."""
+    return PAIR if count == 2 else CLUSTER
+
+
+def every_node(count: int) -> str:
+    """How a line names every node: `both nodes` for two (as always), `all N nodes` for more."""
+    return "both nodes" if count == 2 else f"all {count} nodes"
+
+
+def any_node(count: int) -> str:
+    """How a line says no node at all: `either node` for two (as always), `any node` for more."""
+    return "either node" if count == 2 else "any node"
 
 
 class Status(str, enum.Enum):
@@ -92,6 +111,16 @@ class Facts:
     operator_token: bool = False
     serving_node: str = ""          # where the endpoint will listen (the head, or --node for TP=1)
 
+    @property
+    def whole(self) -> str:
+        """The label of the findings about every node at once: `pair` for two nodes, `cluster` for more."""
+        return whole(len(self.inventory.nodes))
+
+    @property
+    def every(self) -> str:
+        """Every node in words: `both nodes` for two, `all N nodes` for more."""
+        return every_node(len(self.inventory.nodes))
+
     def reachable(self) -> list[str]:
         return [name for name in self.nodes if name not in self.unreachable]
 
@@ -127,7 +156,7 @@ def run_checks(facts: Facts, checks: Iterable[tuple[str, CheckFunction]], only: 
         try:
             findings += list(function(facts))
         except Exception as error:  # noqa: BLE001 (a buggy check must not hide the others)
-            findings.append(fail(check_id, "pair", f"check crashed: {type(error).__name__}: {error}",
+            findings.append(fail(check_id, facts.whole, f"check crashed: {type(error).__name__}: {error}",
                                  "report this as a sparkpair bug"))
     return [finding for finding in findings if selected(finding.check, only)]
 

@@ -1,4 +1,4 @@
-"""doctor --deep, the checks: what the MPI jobs across both nodes showed, judged.
+"""doctor --deep, the checks: what the MPI jobs across every node showed, judged (rows under `Facts.whole`).
 
 The jobs themselves (where they run and how) are in `engine.mpijobs`; they come back as a `DeepRun`,
 and these checks are pure functions of it and the facts, like every other doctor check.
@@ -79,14 +79,14 @@ def _why(run: DeepRun) -> str:
     return f"mpirun exited {run.exit_code}" + (f": {run.tail}" if run.tail else "")
 
 
-def _not_run(check: str, run: DeepRun) -> Finding | None:
+def _not_run(check: str, run: DeepRun, whole: str) -> Finding | None:
     """The row of a deep check whose job did not run (blocked: SKIP; failed to start: FAIL for deep.mpi)."""
     if run.blocked:
-        return skip(check, "pair", run.blocked)
+        return skip(check, whole, run.blocked)
     if run.error:
-        return fail(check, "pair", run.error) if check == "deep.mpi" else skip(check, "pair", "needs deep.mpi")
+        return fail(check, whole, run.error) if check == "deep.mpi" else skip(check, whole, "needs deep.mpi")
     if check != "deep.mpi" and "hosts" not in run.stages:
-        return skip(check, "pair", "needs deep.mpi")
+        return skip(check, whole, "needs deep.mpi")
     return None
 
 
@@ -101,94 +101,96 @@ def hostnames(facts: Facts) -> dict[str, str]:
 
 def check_mpi(facts: Facts, run: DeepRun) -> list[Finding]:
     """Proves mpirun starts a rank on each node inside the engine container (launch's hostfile, env, agent)."""
-    findings = [fail("deep.cleanup", "pair", f"short-lived containers not fully removed: {run.cleanup}",
+    findings = [fail("deep.cleanup", facts.whole, f"short-lived containers not fully removed: {run.cleanup}",
                      f"docker rm -f {facts.inventory.container.name}{SUFFIX} (on the node named)")] \
         if run.cleanup else []
-    if (row := _not_run("deep.mpi", run)) is not None:
+    if (row := _not_run("deep.mpi", run, facts.whole)) is not None:
         return [row, *findings]
     hosts = run.stages.get("hosts")
     if hosts is None:
-        return [fail("deep.mpi", "pair", f"no rank answered: {_why(run)}"), *findings]
+        return [fail("deep.mpi", facts.whole, f"no rank answered: {_why(run)}"), *findings]
     answered = [rank["host"] for rank in sorted(hosts, key=lambda r: r["rank"])]
     missing = [name for name, host in hostnames(facts).items() if host not in answered]
     if missing:
-        return [fail("deep.mpi", "pair", f"only {', '.join(answered)} answered; no rank on {', '.join(missing)}"),
+        return [fail("deep.mpi", facts.whole, f"only {', '.join(answered)} answered; no rank on {', '.join(missing)}"),
                 *findings]
     ranks = ", ".join(f"rank {i} {host}" for i, host in enumerate(answered))
-    return [ok("deep.mpi", "pair", f"{ranks} answered ({run.where})"), *findings]
+    return [ok("deep.mpi", facts.whole, f"{ranks} answered ({run.where})"), *findings]
 
 
 def check_allreduce(facts: Facts, run: DeepRun) -> list[Finding]:
     """Proves a scalar and a 4 MiB vector allreduce between the ranks give the exact sum."""
-    if (row := _not_run("deep.allreduce", run)) is not None:
+    if (row := _not_run("deep.allreduce", run, facts.whole)) is not None:
         return [row]
     result = run.stages.get("allreduce")
     if result is None:
-        return [fail("deep.allreduce", "pair", f"the allreduce did not finish: {_why(run)}")]
+        return [fail("deep.allreduce", facts.whole, f"the allreduce did not finish: {_why(run)}")]
     mib = result["ints"] * 4 / 2 ** 20
     if result["sum"] == result["expected"] and result["wrong"] == 0:
-        return [ok("deep.allreduce", "pair", f"sum {result['sum']} as expected; {mib:g} MiB vector exact")]
-    return [fail("deep.allreduce", "pair", f"sum {result['sum']}, expected {result['expected']}; "
+        return [ok("deep.allreduce", facts.whole, f"sum {result['sum']} as expected; {mib:g} MiB vector exact")]
+    return [fail("deep.allreduce", facts.whole, f"sum {result['sum']}, expected {result['expected']}; "
                                            f"{result['wrong']} of {result['ints']} vector entries wrong")]
 
 
 def check_token(facts: Facts, run: DeepRun) -> list[Finding]:
-    """Proves both ranks read the same HF token through HF_TOKEN_PATH, the one this machine has (by sha256)."""
-    if (row := _not_run("deep.token", run)) is not None:
+    """Proves every rank reads the same HF token through HF_TOKEN_PATH, the one this machine has (by sha256)."""
+    two = len(facts.inventory.nodes) == 2
+    ranks_word = "both ranks" if two else f"all {len(facts.inventory.nodes)} ranks"
+    if (row := _not_run("deep.token", run, facts.whole)) is not None:
         return [row]
     ranks = run.stages.get("token") or []
     unset = [r["host"] for r in ranks if not r.get("env")]
     if unset:
-        return [fail("deep.token", "pair", f"HF_TOKEN_PATH is not set in the rank on {', '.join(unset)} "
+        return [fail("deep.token", facts.whole, f"HF_TOKEN_PATH is not set in the rank on {', '.join(unset)} "
                                            "(mpirun did not forward it)")]
     digests = {r["host"]: r.get("sha256") for r in ranks}
     holders = [host for host, digest in digests.items() if digest]
     if not holders:
-        return [skip("deep.token", "pair", "no HF token on this machine or on the nodes") if run.operator_sha256
-                is None else warn("deep.token", "pair", "no token file on the nodes yet; sparkpair launch copies "
-                                  "this machine's token to both", "sparkpair launch")]
+        return [skip("deep.token", facts.whole, "no HF token on this machine or on the nodes") if run.operator_sha256
+                is None else warn("deep.token", facts.whole, "no token file on the nodes yet; sparkpair launch copies "
+                                  f"this machine's token to {'both' if two else 'every node'}", "sparkpair launch")]
     if len(holders) < len(digests):
         lacking = ", ".join(h for h in digests if h not in holders)
-        return [fail("deep.token", "pair", f"the rank on {lacking} has no token ({ranks[0].get('path')}); "
+        return [fail("deep.token", facts.whole, f"the rank on {lacking} has no token ({ranks[0].get('path')}); "
                                            f"{', '.join(holders)} has one")]
     if len(set(digests.values())) > 1:
-        return [fail("deep.token", "pair", "the ranks read different tokens (sha256 differs between the nodes)")]
+        return [fail("deep.token", facts.whole, "the ranks read different tokens (sha256 differs between the nodes)")]
     if run.operator_sha256 not in (None, *digests.values()):
-        return [warn("deep.token", "pair", "both ranks read the same token, but not this machine's "
+        return [warn("deep.token", facts.whole, f"{ranks_word} read the same token, but not this machine's "
                                            "(sparkpair launch replaces it)", "sparkpair launch")]
     source = "this machine's" if run.operator_sha256 else "no token on this machine to compare"
-    return [ok("deep.token", "pair", f"both ranks read the same token from HF_TOKEN_PATH (sha256 equal; "
+    return [ok("deep.token", facts.whole, f"{ranks_word} read the same token from HF_TOKEN_PATH (sha256 equal; "
                                      f"{source}; never shown)")]
 
 
 def check_bandwidth(facts: Facts, run: DeepRun) -> list[Finding]:
     """Reports point-to-point bandwidth and latency between the ranks; warns only on 1 GbE-like values."""
-    if (row := _not_run("deep.bandwidth", run)) is not None:
+    if (row := _not_run("deep.bandwidth", run, facts.whole)) is not None:
         return [row]
     result = run.stages.get("bandwidth")
     if result is None:
-        return [warn("deep.bandwidth", "pair", f"the bandwidth test did not finish: {_why(run)}")]
+        return [warn("deep.bandwidth", facts.whole, f"the bandwidth test did not finish: {_why(run)}")]
     mbs, us = result["bandwidth_mbs"], result["latency_us"]
     detail = (f"{mbs:.0f} MB/s ({result['message_bytes'] >> 20} MiB messages), {us:.1f} µs one-way "
               f"(8-byte ping-pong), rank 0 -> rank 1 over {', '.join(facts.inventory.head.links)}")
     if mbs < BANDWIDTH_FLOOR_MBS or us > LATENCY_CEILING_US:
-        return [warn("deep.bandwidth", "pair", detail + ": a 1 GbE or Wi-Fi path, not a QSFP twin")]
-    return [ok("deep.bandwidth", "pair", detail)]
+        return [warn("deep.bandwidth", facts.whole, detail + ": a 1 GbE or Wi-Fi path, not a QSFP twin")]
+    return [ok("deep.bandwidth", facts.whole, detail)]
 
 
 def check_nccl(facts: Facts, run: DeepRun) -> list[Finding]:
-    """Proves NCCL moves all_gather traffic over RoCE on both twins of both nodes at the bus bandwidth of a
+    """Proves NCCL moves all_gather traffic over RoCE on both twins of every node at the bus bandwidth of a
     healthy GB10 pair, judged from all_gather_perf's table and NCCL's own INFO lines."""
-    if (row := _not_run("deep.nccl", run)) is not None:
+    if (row := _not_run("deep.nccl", run, facts.whole)) is not None:
         return [row]
     if run.nccl_skip:
-        return [skip("deep.nccl", "pair", run.nccl_skip)]
+        return [skip("deep.nccl", facts.whole, run.nccl_skip)]
     expected = {name: fabric.hcas for name, fabric in roce.pair_fabric(facts).items() if fabric}
-    return [judge_nccl(parse_nccl_run(run.nccl), expected, hostnames(facts), run.nccl)]
+    return [judge_nccl(parse_nccl_run(run.nccl), expected, hostnames(facts), run.nccl, facts.whole)]
 
 
 def judge_nccl(parsed: NcclRun, expected: dict[str, tuple[str, ...]], hostnames: dict[str, str],
-               text: str = "") -> Finding:
+               text: str = "", whole: str = "pair") -> Finding:
     """The verdict on one all_gather_perf run: the transport NCCL chose on each node (IB/RoCE or Socket),
     the RDMA devices it used (both twins or one) and the average bus bandwidth against a healthy GB10 pair.
 
@@ -199,7 +201,7 @@ def judge_nccl(parsed: NcclRun, expected: dict[str, tuple[str, ...]], hostnames:
         warnings = [w for net in parsed.hosts.values() for w in net.warnings]
         cause = f" (NCCL WARN: {warnings[0]})" if warnings else ""
         own = "\n".join(line for line in text.splitlines() if not MPIRUN_WARNING.match(line))
-        return fail("deep.nccl", "pair", f"all_gather_perf gave no bus bandwidth{cause}: {telling(own)}",
+        return fail("deep.nccl", whole, f"all_gather_perf gave no bus bandwidth{cause}: {telling(own)}",
                     _gid_fix() if any("ibv_modify_qp" in w for w in warnings) else "")
     figure = (f"all_gather_perf {' '.join(NCCL_ARGS[:4])}: avg bus bandwidth {parsed.bus_bandwidth:g} GB/s "
               f"(a healthy GB10 pair: about {HEALTHY_BUSBW_GBS:g})")
@@ -208,7 +210,7 @@ def judge_nccl(parsed: NcclRun, expected: dict[str, tuple[str, ...]], hostnames:
                      for name, net in sorted(hosts.items())) or "NCCL's INFO lines missing: transport not shown"
     sockets = sorted(name for name, net in hosts.items() if net.transport == SOCKET)
     if sockets:
-        return fail("deep.nccl", "pair", f"NCCL fell back to TCP sockets on {', '.join(sockets)} "
+        return fail("deep.nccl", whole, f"NCCL fell back to TCP sockets on {', '.join(sockets)} "
                                          f"(Using network Socket), not RoCE: {used}; {figure}",
                     _socket_fix(list(hosts.values())))
     short = {name: net.ib_devices for name, net in hosts.items()
@@ -216,16 +218,16 @@ def judge_nccl(parsed: NcclRun, expected: dict[str, tuple[str, ...]], hostnames:
     if short:
         shown = "; ".join(f"{name} used {'+'.join(devices) or 'none'} of {'+'.join(expected[name])}"
                           for name, devices in sorted(short.items()))
-        return fail("deep.nccl", "pair", f"NCCL runs on one twin only ({shown}): about half the bandwidth; "
+        return fail("deep.nccl", whole, f"NCCL runs on one twin only ({shown}): about half the bandwidth; "
                                          f"{figure}",
                     "the other twin's RoCE port is down, has no RoCE v2 GID for its address, or NCCL_IB_HCA lists "
                     "one device: sparkpair doctor --only links (links.carrier, links.rdma, links.roce on both twins)")
     detail = f"{used}; {figure}"
     if parsed.bus_bandwidth < FAIL_BELOW_GBS:
-        return fail("deep.nccl", "pair", f"far below a healthy pair: {detail}", _slow_fix())
+        return fail("deep.nccl", whole, f"far below a healthy pair: {detail}", _slow_fix(whole))
     if parsed.bus_bandwidth < WARN_BELOW_GBS:
-        return warn("deep.nccl", "pair", f"below a healthy pair: {detail}", _slow_fix())
-    return ok("deep.nccl", "pair", detail)
+        return warn("deep.nccl", whole, f"below a healthy pair: {detail}", _slow_fix(whole))
+    return ok("deep.nccl", whole, detail)
 
 
 def _socket_fix(nets: list[Any]) -> str:
@@ -240,9 +242,10 @@ def _socket_fix(nets: list[Any]) -> str:
     return "sparkpair doctor --only links.rdma,links.roce; then run the test by hand with NCCL_DEBUG=INFO"
 
 
-def _slow_fix() -> str:
+def _slow_fix(whole: str) -> str:
     return ("sparkpair doctor --only links (links.roce: active_mtu 1024 costs bandwidth; links.speed: a link below "
-            "200 Gb/s); if the links are clean and a QSFP cable was moved since the last boot, reboot both Sparks "
+            "200 Gb/s); if the links are clean and a QSFP cable was moved since the last boot, reboot "
+            f"{'both Sparks' if whole == 'pair' else 'every Spark'} "
             "(ConnectX-7 stays degraded after re-cabling: 2.82 GB/s until a reboot)")
 
 

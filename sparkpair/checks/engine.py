@@ -1,4 +1,4 @@
-"""Checks of what the engine needs: Docker, the image on both nodes, free ports, models and disk."""
+"""Checks of what the engine needs: Docker, the image on every node, free ports, models and disk."""
 
 from __future__ import annotations
 
@@ -6,7 +6,18 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sparkpair import paths
-from sparkpair.checks import Facts, Finding, fail, ok, per_node, reachable_nodes, skip, unreachable_skips, warn
+from sparkpair.checks import (
+    Facts,
+    Finding,
+    every_node,
+    fail,
+    ok,
+    per_node,
+    reachable_nodes,
+    skip,
+    unreachable_skips,
+    warn,
+)
 from sparkpair.inventory import Inventory
 from sparkpair.inventory.profiles import Profile
 from sparkpair.probes import NodeFacts, Probe, ProbeFailure, docker, drafts, host, models
@@ -97,12 +108,13 @@ def _image_match(facts: Facts) -> Iterable[Finding]:
     found: dict[str, object] = {name: node_facts.get(probe) for name, node_facts in reachable_nodes(facts)}
     ids = {name: value for name, value in found.items() if isinstance(value, str)}
     if len(found) < 2 or len(ids) < len(found):
-        yield skip("docker.image-match", "pair", "needs the image on both nodes")
+        yield skip("docker.image-match", facts.whole, f"needs the image on {facts.every}")
         return
     detail = ", ".join(f"{name}: {image_id[:19]}" for name, image_id in ids.items())
-    yield ok("docker.image-match", "pair", f"same image ID ({detail})") if len(set(ids.values())) == 1 else \
-        fail("docker.image-match", "pair", f"different image IDs under one tag ({detail})",
-             f"docker pull {facts.inventory.container.image} on both nodes (or docker save | docker load from the head)")
+    yield ok("docker.image-match", facts.whole, f"same image ID ({detail})") if len(set(ids.values())) == 1 else \
+        fail("docker.image-match", facts.whole, f"different image IDs under one tag ({detail})",
+             f"docker pull {facts.inventory.container.image} on {facts.every} (or docker save | docker load from "
+             "the head)")
 
 
 def check_container(facts: Facts) -> Iterable[Finding]:
@@ -236,7 +248,7 @@ def _model_match(facts: Facts, nodes: list[str]) -> Iterable[Finding]:
         return
     profile = facts.profile
     two = len(nodes) == 2
-    whole, every = ("pair", "both nodes") if two else ("cluster", f"all {len(nodes)} nodes")
+    whole, every = facts.whole, every_node(len(nodes))
     for repo in profile.repos:
         manifests = [facts.fact(n, models.manifest(facts.inventory.container.hf_cache, repo)) for n in nodes]
         if any(m is None or isinstance(m, ProbeFailure) or not m.complete for m in manifests):
@@ -292,13 +304,16 @@ def _content(facts: Facts, nodes: list[str]) -> Iterable[Finding]:
 
 
 def hub_verdict(inventory: Inventory, reach: Mapping[str, object]) -> tuple[bool, str]:
-    """Whether every rank node reaches the hub (so `--split-download` can fetch half on each), and why not."""
+    """Whether every rank node reaches the hub (so `--split-download` can fetch half on each of two), and why
+    not. Two nodes are `both nodes` (as always), every rank node of more `all N nodes`, one rank node its name."""
     endpoint = hub_endpoint(inventory)
     missing = [f"{name}: {value.detail if isinstance(value, models.HubReach) else value}"
                for name, value in reach.items() if not (isinstance(value, models.HubReach) and value.reachable)]
     if missing:
         return False, f"{endpoint} not reached from {'; '.join(missing)}"
-    return True, f"{endpoint} answers both nodes"
+    count = len(inventory.nodes)
+    asked = every_node(count) if count == 2 or len(reach) == count else ", ".join(reach)
+    return True, f"{endpoint} answers {asked}"
 
 
 def _hub(facts: Facts, nodes: list[str], needed: bool) -> Finding:
@@ -306,28 +321,31 @@ def _hub(facts: Facts, nodes: list[str], needed: bool) -> Finding:
     probe = hub_probe(facts.inventory, facts.profile.repos[0])
     reach = {name: facts.fact(name, probe) for name in nodes if name not in facts.unreachable}
     if any(value is None for value in reach.values()) or not reach:
-        return skip("models.hub", "pair", "not asked")
+        return skip("models.hub", facts.whole, "not asked")
     both, detail = hub_verdict(facts.inventory, reach)
-    if both and len(nodes) > 1:
-        return ok("models.hub", "pair", f"{detail}: `launch --split-download` can fetch half the files on each")
+    if both and len(nodes) > 1 and len(facts.inventory.nodes) == 2:
+        return ok("models.hub", facts.whole, f"{detail}: `launch --split-download` can fetch half the files on each")
+    if both and len(nodes) > 1:  # more than two: launch refuses --split-download (cli/engine.py, docs/cluster.md)
+        return ok("models.hub", facts.whole, f"{detail}: launch downloads on the head, then copies fan out to every "
+                                             "node over the QSFP links (--split-download is for two nodes only)")
     if both:
-        return ok("models.hub", "pair", detail)
+        return ok("models.hub", facts.whole, detail)
     head = reach.get(nodes[0])
     if isinstance(head, models.HubReach) and head.reachable:
-        return ok("models.hub", "pair", f"{detail}: the head downloads alone (no --split-download)")
+        return ok("models.hub", facts.whole, f"{detail}: the head downloads alone (no --split-download)")
     if needed:
         return warn("models.hub", nodes[0], f"{detail}, and a model must be downloaded",
                     f"check DNS, proxy and firewall on {nodes[0]}, or stage the models and launch with "
                     "--model-source local:PATH")
-    return ok("models.hub", "pair", f"nothing to download ({detail})")
+    return ok("models.hub", facts.whole, f"nothing to download ({detail})")
 
 
 def _token(facts: Facts, needed: bool) -> Finding:
     on_nodes = any(node_facts.get(TOKEN_ON_NODE) is True for node_facts in facts.nodes.values())
     if not needed:
-        return ok("models.token", "pair", "nothing to download")
+        return ok("models.token", facts.whole, "nothing to download")
     if facts.operator_token or on_nodes:
         where = "this machine" if facts.operator_token else "the nodes"
-        return ok("models.token", "pair", f"HF token available on {where} (not shown)")
-    return warn("models.token", "pair", "no HF token: downloads of gated repos will fail",
+        return ok("models.token", facts.whole, f"HF token available on {where} (not shown)")
+    return warn("models.token", facts.whole, "no HF token: downloads of gated repos will fail",
                 "export HF_TOKEN=... (or HF_TOKEN_PATH=FILE) before sparkpair launch; it travels as a 0600 file")

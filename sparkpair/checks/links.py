@@ -7,14 +7,15 @@ and so does setup-network's verification, which runs these same checks over what
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from sparkpair.checks import SETUP_NETWORK, Facts, Finding, fail, ok, reachable_nodes, skip, unreachable_skips, warn
+from sparkpair.checks.crossing import interfaces_of, judge_crossing
 from sparkpair.checks.roce import roce_probes
 from sparkpair.errors import last_line
 from sparkpair.inventory import Inventory, Node
-from sparkpair.inventory.topology import same_half, same_port
+from sparkpair.inventory.topology import link_ends, same_half
 from sparkpair.probes import NodeFacts, Probe, ProbeFailure, net, rdma
 from sparkpair.probes.net import PingResult
 from sparkpair.transport import Shell
@@ -30,30 +31,6 @@ LIVE_STATE = ("links.carrier", "links.address", "links.mtu")
 def setup(what: str) -> str:
     """The setup-network fix, saying what it will do on which node and interface."""
     return f"{SETUP} ({what})"
-
-
-@dataclass(frozen=True)
-class LinkEnd:
-    """One expected link seen from one of its nodes: its own port, the node at the other end, that node's
-    port and its address there."""
-
-    port: str
-    peer: Node
-    peer_port: str
-    address: str
-
-
-def link_ends(inventory: Inventory, node: Node) -> list[LinkEnd]:
-    """node's expected links (`Inventory.links`), in the order of node's interfaces (a pair: one per twin, to the
-    peer's twin of the same name; a ring or a switch: to every interface of another node in the twin's subnet)."""
-    ends = []
-    for link in inventory.links():
-        if node.name in (link.node_a, link.node_b):
-            port, peer_name, peer_port = link.far_end(node.name)
-            peer = inventory.node(peer_name)
-            ends.append(LinkEnd(port, peer, peer_port, str(peer.links[peer_port].ip)))
-    order = list(node.links)
-    return sorted(ends, key=lambda end: order.index(end.port))
 
 
 def peer_address(inventory: Inventory, node: Node, twin: str) -> str:
@@ -130,18 +107,13 @@ def link_probes(inventory: Inventory, node: Node, verify_only: bool = False) -> 
     return probes
 
 
-def _interfaces(facts: Facts, name: str) -> dict[str, net.Interface]:
-    value = facts.fact(name, net.INTERFACES)
-    return {} if isinstance(value, ProbeFailure) or value is None else value
-
-
 def check_links(facts: Facts) -> Iterable[Finding]:
     """Proves each twin exists, has carrier at 200 Gb/s, the inventory address and MTU, set persistently."""
     for check in ("links.present", "links.carrier", "links.speed", "links.address", "links.mtu", "links.persistent"):
         yield from unreachable_skips(facts, check)
     for name, node_facts in reachable_nodes(facts):
         node = facts.inventory.node(name)
-        interfaces = _interfaces(facts, name)
+        interfaces = interfaces_of(facts, name)
         for twin, address in node.links.items():
             interface = interfaces.get(twin)
             if interface is None:
@@ -231,20 +203,20 @@ def check_pair_links(facts: Facts) -> Iterable[Finding]:
                 yield (ok("links.rdma", name, f"{link.device} port {link.port} ==> {twin} (Up)") if link.up else
                        fail("links.rdma", name, f"{link.device} port {link.port} ==> {twin} (Down)",
                             f"check the cable of {twin} on {name}"))
-    whole = "pair" if facts.inventory.topology == "pair" else "cluster"
+    whole = facts.whole
     if len(facts.reachable()) < 2:
         yield skip("links.mtu-match", whole, "needs both nodes" if whole == "pair" else "needs two nodes")
         yield skip("links.crossed", whole, "needs both nodes" if whole == "pair" else "needs two nodes")
         return
     yield from _mtu_match(facts, whole)
-    yield from _crossing(facts)
+    yield from judge_crossing(facts)
 
 
 def _mtu_match(facts: Facts, whole: str) -> Iterable[Finding]:
     """Both ends of every expected link at one MTU."""
     mtu = facts.inventory.cluster.mtu
     for link in facts.inventory.links():
-        a, b = _interfaces(facts, link.node_a).get(link.port_a), _interfaces(facts, link.node_b).get(link.port_b)
+        a, b = interfaces_of(facts, link.node_a).get(link.port_a), interfaces_of(facts, link.node_b).get(link.port_b)
         pair = whole == "pair"
         what = link.port_a if pair else f"{link.node_a} {link.port_a} - {link.node_b} {link.port_b}"
         if a is None or b is None:
@@ -261,76 +233,6 @@ def _mtu_match(facts: Facts, whole: str) -> Iterable[Finding]:
                 change = f"sets {off or ' and '.join(f'{p} of {n}' for n, p, _ in ends)} to mtu {mtu}"
             yield fail("links.mtu-match", whole, f"{what} mtu {a.mtu} on {link.node_a}, {b.mtu} on {link.node_b}",
                        setup(change), SETUP_NETWORK)
-
-
-def _answers(facts: Facts, name: str) -> dict[tuple[str, str], str]:
-    """(interface, address) -> the MAC that answered for it on node name, from every crossing probe it ran."""
-    found: dict[tuple[str, str], str] = {}
-    for probe, value in facts.nodes.get(name, NodeFacts()).items():
-        if probe.kind == "crossing" and isinstance(value, dict):
-            found.update(value)
-    return found
-
-
-def _crossing(facts: Facts) -> Iterable[Finding]:
-    """Each twin's neighbour answering for the address it should reach must be the interface the inventory
-    pairs it with (a pair: the peer's twin of the same name; a ring: its neighbour's port). Through a switch
-    there is no cable between nodes to cross."""
-    inventory = facts.inventory
-    if inventory.topology == "switch":
-        return
-    owners = {i.mac: (name, port) for name in facts.reachable() for port, i in _interfaces(facts, name).items()}
-    for node in inventory.nodes:
-        answers = _answers(facts, node.name)
-        ends = link_ends(inventory, node)
-        expected: dict[str, LinkEnd] = {}
-        for end in ends:
-            expected.setdefault(end.port, end)
-        for twin, end in expected.items():
-            mac = answers.get((twin, end.address))
-            owner = owners.get(mac) if mac else None
-            if mac is None or (owner is not None and owner[0] not in (end.peer.name, node.name)):
-                heard = owner or next((owners[m] for (dev, _), m in answers.items() if dev == twin and m in owners
-                                       and owners[m][0] not in (end.peer.name, node.name)), None)
-                yield (_ring_crossed(inventory, node, end, heard[0], ends) if heard else
-                       skip("links.crossed", node.name, f"{twin}: no answer from {end.peer.name} (see path.ping)"))
-            elif owner == (end.peer.name, end.peer_port):
-                yield ok("links.crossed", node.name, f"{twin} is cabled to {end.peer.name}'s {end.peer_port}")
-            elif owner is not None and inventory.topology == "ring" and not same_port(owner[1], end.peer_port):
-                yield _crossed_at_peer(inventory, node, end, owner[1])
-            else:
-                reached = owner[1] if owner and owner[0] == end.peer.name else f"unknown interface {mac}"
-                yield fail("links.crossed", node.name,
-                           f"{twin} reaches {end.peer.name}'s {reached}, not its {end.peer_port}: cables crossed "
-                           "between twins",
-                           "swap the QSFP cables (or the interface names in nodes[].links) so twin meets twin")
-
-
-def _crossed_at_peer(inventory: Inventory, node: Node, end: LinkEnd, reached: str) -> Finding:
-    """links.crossed for a twin whose cable reaches the right neighbour on that neighbour's other QSFP port: the
-    two cables are crossed at the neighbour, so the finding names the neighbour's ports and the same fix the
-    neighbour's own finding gives."""
-    index = inventory.nodes.index(end.peer)
-    return fail("links.crossed", node.name, f"{end.port} reaches {end.peer.name}'s {reached}, not its "
-                                            f"{end.peer_port}: the cables on {end.peer.name}'s {end.peer_port} and "
-                                            f"{reached} are crossed",
-                f"swap the QSFP cables on {end.peer.name}'s {end.peer_port} and {reached}, or swap their addresses "
-                f"in nodes[{index}].links")
-
-
-def _ring_crossed(inventory: Inventory, node: Node, end: LinkEnd, reached: str, ends: list[LinkEnd]) -> Finding:
-    """links.crossed for a twin whose cable reaches another node than the one its address expects."""
-    index = inventory.nodes.index(node)
-    others = [e.port for e in ends if e.peer.name == reached and e.port != end.port]
-    other = next((port for port in others if same_half(port, end.port)), others[0] if others else None)
-    if other is None:
-        return fail("links.crossed", node.name, f"{end.port} reaches {reached}, expected {end.peer.name}",
-                    f"cable {node.name}'s {end.port} to {end.peer.name}, or change the addresses in "
-                    f"nodes[{index}].links")
-    return fail("links.crossed", node.name, f"{end.port} reaches {reached}, expected {end.peer.name}: the cables on "
-                                            f"{node.name}'s {end.port} and {other} are crossed",
-                f"swap the QSFP cables on {node.name}'s {end.port} and {other}, or swap their addresses in "
-                f"nodes[{index}].links")
 
 
 def check_path(facts: Facts) -> Iterable[Finding]:

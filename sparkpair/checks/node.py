@@ -24,7 +24,7 @@ def check_inventory(facts: Facts) -> Iterable[Finding]:
     """Proves the inventory parsed; warns where a node's twins share one subnet."""
     inventory = facts.inventory
     workers = ", ".join(node.name for node in inventory.workers)
-    yield ok("inventory.valid", "pair", f"{inventory.head.name} (head), {workers}; profile {facts.profile.name}")
+    yield ok("inventory.valid", facts.whole, f"{inventory.head.name} (head), {workers}; profile {facts.profile.name}")
     yield from inventory_warnings(inventory)
 
 
@@ -48,7 +48,7 @@ def inventory_warnings(inventory: Inventory) -> list[Finding]:
 
 
 def check_reach(facts: Facts) -> Iterable[Finding]:
-    """Proves SSH with a verified host key, non-interactive sudo, and the same user and uid on both."""
+    """Proves SSH with a verified host key, non-interactive sudo, and the same user and uid on every node."""
     cluster = facts.inventory.cluster
     for node in facts.inventory.nodes:
         if node.name in facts.unreachable:
@@ -65,16 +65,15 @@ def check_reach(facts: Facts) -> Iterable[Finding]:
                         f"echo '{cluster.user} ALL=(ALL) NOPASSWD:ALL' | sudo tee /etc/sudoers.d/sparkpair"))
     identities = {name: value for name, value in per_node(facts, host.IDENTITY)
                   if not isinstance(value, ProbeFailure)}
-    if len(identities) == 2:
-        (a, ida), (b, idb) = identities.items()
-        same = (ida.user, ida.uid) == (idb.user, idb.uid)
-        detail = f"{a}: {ida.user} uid {ida.uid}; {b}: {idb.user} uid {idb.uid}"
-        yield ok("reach.same-user", "pair", detail) if same else \
-            fail("reach.same-user", "pair", detail + " (mpirun and shared files need the same user and uid)")
+    if len(identities) == len(facts.inventory.nodes):  # judged once every node answered
+        same = len({(found.user, found.uid) for found in identities.values()}) == 1
+        detail = "; ".join(f"{name}: {found.user} uid {found.uid}" for name, found in identities.items())
+        yield ok("reach.same-user", facts.whole, detail) if same else \
+            fail("reach.same-user", facts.whole, detail + " (mpirun and shared files need the same user and uid)")
 
 
 def check_platform(facts: Facts) -> Iterable[Finding]:
-    """Proves DGX OS, a visible GPU on each node, and the same driver on both."""
+    """Proves DGX OS, a visible GPU on each node, and the same driver on every node."""
     for name, release in per_node(facts, host.DGX_RELEASE):
         if isinstance(release, ProbeFailure) or release is None or not release.is_spark:
             yield warn("platform.dgx-os", name, "no DGX Spark /etc/dgx-release; sparkpair is made for DGX OS on Spark")
@@ -89,12 +88,12 @@ def check_platform(facts: Facts) -> Iterable[Finding]:
         else:
             drivers[name] = gpus[0].driver
             yield ok("platform.gpu", name, f"{gpus[0].name}, driver {gpus[0].driver}")
-    if len(drivers) == 2:
+    if len(drivers) == len(facts.inventory.nodes):
         detail = ", ".join(f"{n}: {d}" for n, d in drivers.items())
-        yield ok("platform.driver-match", "pair", detail) if len(set(drivers.values())) == 1 else \
-            fail("platform.driver-match", "pair", f"different NVIDIA drivers ({detail})")
+        yield ok("platform.driver-match", facts.whole, detail) if len(set(drivers.values())) == 1 else \
+            fail("platform.driver-match", facts.whole, f"different NVIDIA drivers ({detail})")
     else:
-        yield skip("platform.driver-match", "pair", "needs a GPU reading from both nodes")
+        yield skip("platform.driver-match", facts.whole, f"needs a GPU reading from {facts.every}")
 
 
 def check_memory(facts: Facts) -> Iterable[Finding]:
@@ -137,17 +136,21 @@ def needed_gib(facts: Facts, name: str) -> float:
 
 
 def check_clock(facts: Facts) -> Iterable[Finding]:
-    """Proves the nodes' clocks agree (TLS, logs and token expiry need it)."""
-    if len(facts.clock_offsets) < 2:
-        yield skip("clock.skew", "pair", "needs both nodes")
+    """Proves the nodes' clocks agree (TLS, logs and token expiry need it): the skew is the spread of every
+    node's offset, and with more than two nodes the detail names the two furthest apart."""
+    offsets = facts.clock_offsets
+    if len(offsets) < 2:
+        yield skip("clock.skew", facts.whole, "needs both nodes" if len(facts.inventory.nodes) == 2 else
+                   "needs the clocks of two nodes")
         return
-    a, b = facts.clock_offsets.values()
-    skew = abs(a - b)
-    detail = f"{skew:.2f} s between the nodes"
-    fix = "sudo timedatectl set-ntp true (on both nodes)"
+    early, late = min(offsets, key=offsets.__getitem__), max(offsets, key=offsets.__getitem__)
+    skew = offsets[late] - offsets[early]
+    two = len(facts.inventory.nodes) == 2
+    detail = f"{skew:.2f} s between the nodes" if two else f"{skew:.2f} s between {early} and {late}"
+    fix = f"sudo timedatectl set-ntp true (on {'both nodes' if two else 'every node'})"
     if skew < 1:
-        yield ok("clock.skew", "pair", detail)
+        yield ok("clock.skew", facts.whole, detail)
     elif skew < 30:
-        yield warn("clock.skew", "pair", detail, fix)
+        yield warn("clock.skew", facts.whole, detail, fix)
     else:
-        yield fail("clock.skew", "pair", detail + " (image pulls fail: validating Root CA Certificate)", fix)
+        yield fail("clock.skew", facts.whole, detail + " (image pulls fail: validating Root CA Certificate)", fix)

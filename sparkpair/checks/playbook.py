@@ -8,6 +8,9 @@ those values. A departure is INFO when its reason is recorded (sparkpair's own, 
 `reasons`, the same text as docs/profiles.md; or the operator's, from the inventory's
 `playbook_reasons`), and WARN naming both values and the fix when it is not. sparkpair's own reason
 holds only while the value is sparkpair's default: an inventory override needs the operator's reason.
+With more than two nodes the rows about every node are `cluster` rows, and in a ring a rank node's
+environment value that is only what the ring asks (every QSFP interface its links use, or its twin toward
+the head) is explained by the ring's reasons, the same text as docs/cluster.md (`TOPOLOGY_GROUPS`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from sparkpair.checks import Facts, Finding, info, ok, warn
+from sparkpair.checks import Facts, Finding, info, ok, warn, whole
 from sparkpair.inventory import Container, Inventory, Node
 from sparkpair.inventory.profiles import BUILTIN_PROFILES, Profile, profile_sources
 from sparkpair.inventory.schema import Vllm
@@ -31,6 +34,9 @@ GROUPS = {"runtimes": ("image", "env"), "recipes": ("model", "flags", "config"),
 SOURCE_FIELDS = ("repo", "path", "commit", "url")
 NOT_SET = "(not set)"
 NO_SECOND_TWIN = "<no second twin>"   # what a playbook's {twin1} reads on a node with one twin
+REASONS_DOC = "docs/profiles.md"     # where sparkpair's own reasons are written, but the topologies'
+# The reason groups of what a ring asks of a rank node's environment, and where they are written.
+TOPOLOGY_GROUPS = {"ring": "docs/cluster.md", "ring-head": "docs/cluster.md"}
 # Flags sparkpair sets from elsewhere than serve_args: how to give them the playbook's value.
 SET_ELSEWHERE = {"flags.port": "set server.port: {value}", "flags.host": "sparkpair passes --host itself",
                  "flags.tp_size": "set {profile}.tp_size: {value}",
@@ -92,6 +98,7 @@ class Departure:
     where: str
     ours_by_default: bool
     fix: str
+    group: str = ""     # the reasons of the topology that explain it first (TOPOLOGY_GROUPS), when any
 
 
 def shown(value: Any) -> str:
@@ -177,21 +184,36 @@ def env_departures(facts: Facts, base: Inventory) -> list[Departure]:
         ours = governed(runtime.container_env(facts.inventory, node, None))
         default = governed(runtime.container_env(base, base_nodes[name], None))
         theirs = {key: twin_values(value, facts.inventory, node) for key, value in group["value"].items()}
-        found += compared("playbook.env", name, ours, default, theirs, group, "env.",
-                          "vllm.env" if runtime.name == "vllm" else "container.env")
+        found += [replace(d, group=topology_group(facts.inventory, node, d.ours))
+                  for d in compared("playbook.env", name, ours, default, theirs, group, "env.",
+                                    "vllm.env" if runtime.name == "vllm" else "container.env")]
     both_twins = "give each node both twins of the cabled port in nodes[].links, as the playbook"
     found = [replace(d, fix=both_twins) if NO_SECOND_TWIN in d.theirs else d for d in found]
-    return merged_across_nodes(found, len(facts.rank_nodes()))
+    return merged_across_nodes(found, len(facts.rank_nodes()), facts.whole)
 
 
-def merged_across_nodes(found: list[Departure], nodes: int) -> list[Departure]:
-    """Departures the same on every rank node as one `pair` departure; the others per node."""
+def topology_group(inventory: Inventory, node: Node, ours: str) -> str:
+    """The ring's reason group for a rank node's environment value that is only what a ring asks of it: every
+    QSFP interface its links use (`ring`: both ports, each cabled to a neighbour), or its own twin toward the
+    head or that twin's address (`ring-head`: a worker's first twin may be cabled to the other worker); "" for
+    any other value and any other topology (two nodes as always)."""
+    if inventory.topology != "ring":
+        return ""
+    if sorted(ours.split(",")) == sorted(node.links):
+        return "ring"
+    toward = recipe.ports_toward_head(inventory, node)[1]
+    return "ring-head" if ours in (toward, str(node.links[toward].ip)) else ""
+
+
+def merged_across_nodes(found: list[Departure], nodes: int, label: str = "pair") -> list[Departure]:
+    """Departures the same on every rank node as one departure labelled label (`Facts.whole`); the others
+    per node."""
     alike: dict[tuple[str, str, str], list[Departure]] = {}
     for departure in found:
         alike.setdefault((departure.key, departure.ours, departure.theirs), []).append(departure)
     merged = []
     for same in alike.values():
-        merged += [replace(same[0], node="pair")] if nodes > 1 and len(same) == nodes else same
+        merged += [replace(same[0], node=label)] if nodes > 1 and len(same) == nodes else same
     return merged
 
 
@@ -238,10 +260,10 @@ def recipe_departures(facts: Facts, base: Inventory, base_profile: Profile | Non
     where = override_path(facts.inventory, profile)
     ours_model = {"target": shown(profile.target), "draft": shown(profile.draft)}
     default_model = {"target": shown(base_profile.target), "draft": shown(base_profile.draft)} if base_profile else None
-    found = compared("playbook.model", "pair", ours_model, default_model, flattened(followed["model"]["value"]),
+    found = compared("playbook.model", facts.whole, ours_model, default_model, flattened(followed["model"]["value"]),
                      followed["model"], "model.", where)
     default_flags = serve_flags(base, base_profile, nodes) if base_profile else None
-    found += compared("playbook.flags", "pair", serve_flags(facts.inventory, profile, nodes), default_flags,
+    found += compared("playbook.flags", facts.whole, serve_flags(facts.inventory, profile, nodes), default_flags,
                       followed["flags"]["value"], followed["flags"], "flags.", f"{where}.serve_args")
     if "config" in followed:
         ignored = snapshot()["compare"]["ignored_config"]
@@ -249,7 +271,7 @@ def recipe_departures(facts: Facts, base: Inventory, base_profile: Profile | Non
         def yaml_keys(of: Profile) -> dict[str, str]:
             return {k: v for k, v in flattened(recipe.llm_api_options(of)).items() if k not in ignored}
 
-        found += compared("playbook.flags", "pair", yaml_keys(profile), yaml_keys(base_profile) if base_profile else None,
+        found += compared("playbook.flags", facts.whole, yaml_keys(profile), yaml_keys(base_profile) if base_profile else None,
                           flattened(followed["config"]["value"]), followed["config"], "config.", f"{where}.llm_api")
     return [replace(d, fix=SET_ELSEWHERE[d.key].format(value=d.theirs, profile=where)) if d.key in SET_ELSEWHERE
             else d for d in found]
@@ -263,13 +285,13 @@ def addressing_departures(inventory: Inventory) -> list[Departure]:
     example = "; ".join(f"{node.name}: " + ", ".join(f"{twin} {address}" for twin, address
                                                      in zip(node.links, twins, strict=False))
                         for node, twins in zip(inventory.nodes, pinned["nodes"]["value"], strict=False))
-    found = []
+    found, label = [], whole(len(inventory.nodes))
     if ours != theirs:
-        found.append(Departure("playbook.addressing", "pair", "addressing.addresses", ours, theirs,
+        found.append(Departure("playbook.addressing", label, "addressing.addresses", ours, theirs,
                                source_of(pinned["nodes"]), False, f"nodes[].links as the playbook ({example})"))
     mtu = pinned["mtu"]
     if inventory.cluster.mtu != mtu["value"]:
-        found.append(Departure("playbook.addressing", "pair", "addressing.mtu", str(inventory.cluster.mtu),
+        found.append(Departure("playbook.addressing", label, "addressing.mtu", str(inventory.cluster.mtu),
                                str(mtu["value"]), source_of(mtu), inventory.cluster.mtu == type(inventory.cluster)().mtu,
                                f"cluster.mtu: {mtu['value']}"))
     return found
@@ -280,11 +302,13 @@ def reasons_of(group: str) -> dict[str, str]:
     return {key: row["why"] for row in snapshot()["reasons"].get(group, []) for key in row["keys"]}
 
 
-def verdict(departure: Departure, ours_why: Mapping[str, str], operators_why: Mapping[str, str]) -> Finding:
-    """INFO with the recorded reason, or WARN naming both values and the fix."""
+def verdict(departure: Departure, ours_why: Mapping[str, str], operators_why: Mapping[str, str],
+            doc: str = REASONS_DOC) -> Finding:
+    """INFO with the recorded reason (sparkpair's, written in doc; or the operator's), or WARN naming both
+    values and the fix."""
     said = (f"{departure.key}: {departure.ours} here; {departure.theirs} in {departure.where}")
     if departure.ours_by_default and departure.key in ours_why:
-        return info(departure.check, departure.node, f"{said}. Why (docs/profiles.md): {ours_why[departure.key]}")
+        return info(departure.check, departure.node, f"{said}. Why ({doc}): {ours_why[departure.key]}")
     if departure.key in operators_why:
         return info(departure.check, departure.node, f"{said}. Why (playbook_reasons): {operators_why[departure.key]}")
     return warn(departure.check, departure.node, f"{said}; no reason recorded",
@@ -292,9 +316,14 @@ def verdict(departure: Departure, ours_why: Mapping[str, str], operators_why: Ma
 
 
 def judged(departures: list[Departure], facts: Facts, group: str) -> Iterator[Finding]:
+    """Each departure's verdict by the reasons of group, or first by its topology's when they name its key."""
     operators = facts.inventory.playbook_reasons
     for departure in departures:
-        yield verdict(departure, reasons_of(group), operators)
+        topology = reasons_of(departure.group) if departure.group else {}
+        if departure.key in topology:
+            yield verdict(departure, topology, operators, TOPOLOGY_GROUPS[departure.group])
+        else:
+            yield verdict(departure, reasons_of(group), operators)
 
 
 def check_playbook(facts: Facts) -> Iterable[Finding]:
@@ -305,22 +334,22 @@ def check_playbook(facts: Facts) -> Iterable[Finding]:
     pinned = snapshot()["runtimes"][profile.runtime]
     image = pinned["image"]
     if inventory.container.image == image["value"]:
-        yield ok("playbook.image", "pair", f"{image['value']}, as {source_of(image)}")
+        yield ok("playbook.image", facts.whole, f"{image['value']}, as {source_of(image)}")
     else:
-        yield from judged([Departure("playbook.image", "pair", "image", inventory.container.image, image["value"],
+        yield from judged([Departure("playbook.image", facts.whole, "image", inventory.container.image, image["value"],
                                      source_of(image), inventory.container.image == base.container.image,
                                      f"set {'vllm.image' if profile.runtime == 'vllm' else 'container.image'}: "
                                      f"{image['value']}")], facts, profile.runtime)
     if not profile.is_pair:
-        yield ok("playbook.env", "pair", "the profile runs on one Spark: the playbooks pin the engine container's "
+        yield ok("playbook.env", facts.whole, "the profile runs on one Spark: the playbooks pin the engine container's "
                                          "environment for two Sparks only")
     elif env := env_departures(facts, base):
         yield from judged(env, facts, profile.runtime)
     else:
-        yield ok("playbook.env", "pair", f"{', '.join(pinned['env']['value'])} as {source_of(pinned['env'])}")
+        yield ok("playbook.env", facts.whole, f"{', '.join(pinned['env']['value'])} as {source_of(pinned['env'])}")
     found = recipe_of(profile)
     if found is None:
-        yield ok("playbook.flags", "pair", f"no playbook serves {profile.target} on {profile.runtime} on one Spark: "
+        yield ok("playbook.flags", facts.whole, f"no playbook serves {profile.target} on {profile.runtime} on one Spark: "
                                            "the profile's engine settings are its own")
     else:
         name, followed = found
@@ -328,11 +357,11 @@ def check_playbook(facts: Facts) -> Iterable[Finding]:
         yield from judged(engine, facts, profile.runtime)
         checked = {departure.check for departure in engine}
         if "playbook.model" not in checked:
-            yield ok("playbook.model", "pair", f"{profile.target}, as {source_of(followed['model'])}")
+            yield ok("playbook.model", facts.whole, f"{profile.target}, as {source_of(followed['model'])}")
         if "playbook.flags" not in checked:
-            yield ok("playbook.flags", "pair", f"the flags and engine settings of {name}, as "
+            yield ok("playbook.flags", facts.whole, f"the flags and engine settings of {name}, as "
                                                f"{source_of(followed['flags'])}")
     addressing = addressing_departures(inventory)
     yield from judged(addressing, facts, "network")
     if not addressing:
-        yield ok("playbook.addressing", "pair", f"twins' addresses and MTU as {source_of(snapshot()['addressing']['nodes'])}")
+        yield ok("playbook.addressing", facts.whole, f"twins' addresses and MTU as {source_of(snapshot()['addressing']['nodes'])}")

@@ -214,8 +214,7 @@ def _pair(facts: Facts) -> Iterable[Finding]:
         return
     shown = " and ".join(f"{index} on {name}" for name, index in known.items())
     override = facts.inventory.container.env.get(GID_ENV)
-    two = len(facts.inventory.nodes) == 2  # a pair says it as it always did; more nodes are a cluster
-    whole, nodes = ("pair", "both nodes") if two else ("cluster", "every node")
+    whole, nodes = facts.whole, facts.every  # a pair says it as it always did; more nodes are a cluster
     if override is not None and any(str(index) != override.strip() for index in known.values()):
         yield fail(CHECK, whole, f"container.env sets {GID_ENV}={override} for {nodes}, but the twins' IPv4 "
                                   f"RoCE v2 GID is at index {shown}: a rank would advertise a wrong GID "

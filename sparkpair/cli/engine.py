@@ -102,7 +102,7 @@ def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool
                 report.launch_plan(plan)
                 return 1 if plan.preflight else 0
             result = launch(pair, inv, options, report.event)
-            report.launch_result(result)
+            report.launch_result(result, len(inv.nodes))
             if result.ok:
                 written = lockflow.launch_lock(pair, inv, options, inventory_file)
     if written is not None:

@@ -46,7 +46,7 @@ def setup_network_cmd(app: App, dry_run: bool, yes: bool, restore: bool, last: b
             plan = flow.plan_setup(pair, inventory, options, wanted)
             for text in plan.warnings:
                 report.warning(text)
-            report.plan(plan.changes, plan.refusals)
+            report.plan(plan.changes, plan.refusals, nodes=len(inventory.nodes))
             if plan.network.lockouts:
                 return ExitStatus.USAGE
             if plan.refusals:

@@ -40,6 +40,30 @@ class Link:
         return (self.port_a, self.node_b, self.port_b) if node == self.node_a else (self.port_b, self.node_a, self.port_a)
 
 
+@dataclass(frozen=True)
+class LinkEnd:
+    """One expected link seen from one of its nodes: its own port, the node at the other end, that node's
+    port and its address there."""
+
+    port: str
+    peer: Node
+    peer_port: str
+    address: str
+
+
+def link_ends(inventory: Inventory, node: Node) -> list[LinkEnd]:
+    """node's expected links (`Inventory.links`), in the order of node's interfaces (a pair: one per twin, to the
+    peer's twin of the same name; a ring or a switch: to every interface of another node in the twin's subnet)."""
+    ends = []
+    for link in inventory.links():
+        if node.name in (link.node_a, link.node_b):
+            port, peer_name, peer_port = link.far_end(node.name)
+            peer = inventory.node(peer_name)
+            ends.append(LinkEnd(port, peer, peer_port, str(peer.links[peer_port].ip)))
+    order = list(node.links)
+    return sorted(ends, key=lambda end: order.index(end.port))
+
+
 def physical_port(interface: str) -> str | None:
     """The physical QSFP port a Spark interface belongs to (`f1` for enp1s0f1np1 and enP2p1s0f1np1); None for a
     name that does not say (then each interface is taken as a port of its own)."""

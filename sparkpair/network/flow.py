@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sparkpair import apply
+from sparkpair.checks import any_node
 from sparkpair.errors import Interrupted, SparkpairError
 from sparkpair.inventory import Inventory
 from sparkpair.network import guarded, netplan, rollback, trust, verify
@@ -44,7 +45,8 @@ def plan_setup(pair: Pair, inventory: Inventory, options: SetupOptions,
         plan.key_changes = trust.key_changes(files)
         return plan
     except KeyboardInterrupt:
-        raise Interrupted("interrupted before any change; nothing was changed on either node") from None
+        raise Interrupted(f"interrupted before any change; nothing was changed on {any_node(len(inventory.nodes))}") \
+            from None
 
 
 def apply_setup(pair: Pair, inventory: Inventory, plan: SetupPlan, progress: Progress,
@@ -72,7 +74,8 @@ def _apply(run: SetupRun) -> None:
             run.errors(problems)
             return
     result.link_verified = True
-    run.say("", "link verified: carrier, addresses, MTU, pings and full-MTU don't-fragment pings both ways", "result")
+    run.say("", "link verified: carrier, addresses, MTU, pings and full-MTU don't-fragment pings both ways"
+            f"{_between(run)}", "result")
     if run.plan.skip_ssh:
         result.ok = True
         return
@@ -100,8 +103,15 @@ def _establish_trust(run: SetupRun) -> bool:
     if problems:
         run.errors(problems + ["undo with: sparkpair setup-network --restore"])
         return False
-    run.say("", "SSH trust verified: ssh -o BatchMode=yes works both ways over every QSFP address", "result")
+    run.say("", f"SSH trust verified: ssh -o BatchMode=yes works both ways{_between(run, ',')} over every QSFP address",
+            "result")
     return True
+
+
+def _between(run: SetupRun, then: str = "") -> str:
+    """Where a verification went both ways: between the two nodes (said as always: nothing), or between
+    every two nodes that share a subnet (then follows it)."""
+    return "" if len(run.inventory.nodes) == 2 else f" between every two nodes that share a subnet{then}"
 
 
 def _applied(run: SetupRun, changes: list[apply.Change]) -> bool:
@@ -133,14 +143,15 @@ def _undo_network(run: SetupRun, connection: Node) -> list[str]:
 
 def _undo_after_interrupt(run: SetupRun) -> Interrupted:
     """Undo what this run changed (each node finished its action first); the line that says where both are."""
-    stage = run.stage
+    stage, count = run.stage, len(run.inventory.nodes)
     try:
         if run.armed and not run.network_applied:
             guarded.cancel(run)
         changed = run.network_applied or run.trust_started
         if not changed:
-            return Interrupted(f"interrupted while {stage}; nothing was changed on either node (both are as before)")
-        run.say("", f"interrupted while {stage}: undoing this run on both nodes")
+            return Interrupted(f"interrupted while {stage}; nothing was changed on {any_node(count)} "
+                               f"({'both' if count == 2 else f'all {count}'} are as before)")
+        run.say("", f"interrupted while {stage}: undoing this run on {'both nodes' if count == 2 else 'every node'}")
         if run.armed:
             guarded.revert(run, "interrupted")
         if run.trust_started or run.network_confirmed:
@@ -162,4 +173,4 @@ def _undo_after_interrupt(run: SetupRun) -> Interrupted:
     if not run.result.rolled_back and run.network_applied and not run.network_confirmed:
         return Interrupted(f"interrupted while {stage}; a node did not come back as before (above): {RESTORE}")
     return Interrupted(f"interrupted while {stage}; each node finished the action it was in, then this run was "
-                       "undone: both nodes are as before (states above)")
+                       f"undone: {'both nodes are' if count == 2 else 'every node is'} as before (states above)")

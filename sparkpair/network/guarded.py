@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from sparkpair import apply, transport
 from sparkpair.apply import firsttouch
+from sparkpair.checks import any_node, every_node
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Node
 from sparkpair.network import netplan, rollback, verify, watchdog
@@ -80,7 +81,7 @@ def apply_network(run: SetupRun) -> bool:
     if not armed.ok:
         run.errors(armed.error_lines())
         cancel(run)
-        run.errors(["nothing was changed on either node"])
+        run.errors([f"nothing was changed on {any_node(len(run.inventory.nodes))}"])
         return False
     run.stage = "applying the network"
     run.network_applied = True
@@ -105,7 +106,7 @@ def apply_network(run: SetupRun) -> bool:
 
 def _verify_and_confirm(run: SetupRun) -> bool:
     run.stage = "verifying the link"
-    run.say("", "reaching both nodes again over new SSH connections")
+    run.say("", f"reaching {every_node(len(run.inventory.nodes))} again over new SSH connections")
     unreachable = reconnect(run.pair, run.seconds_left() - CONFIRM_MARGIN_S - 2)
     if unreachable:
         run.errors([f"{name}: not reachable over a new SSH connection after the apply" for name in unreachable])
@@ -157,7 +158,7 @@ class Confirmation:
         """What is said of a node that kept the new network when another did not."""
         others = ", ".join(self.missed)
         return (f"confirmed, but {others} {'was' if len(self.missed) == 1 else 'were'} not: rolling {name} back too, "
-                "so that both nodes end as before")
+                f"so that {'both nodes end' if len(self.kept) + len(self.missed) == 2 else 'every node ends'} as before")
 
 
 def judge_confirmation(asked: Sequence[str], answers: Mapping[str, bool],
@@ -218,7 +219,8 @@ def revert(run: SetupRun, why: str, cut_off: list[str] | None = None) -> None:
 
     cut_off: nodes known to be unreachable (their watchdog is left to fire)."""
     run.stage = "rolling back"
-    run.say("", f"rolling back both nodes ({why})")
+    run.say("", f"rolling back {'both nodes' if len(run.inventory.nodes) == 2 else 'every node this run changed'} "
+                f"({why})")
     back: set[str] = set()       # nodes whose watchdog is done
     settled: set[str] = set()    # nodes checked as before (or rolled back to it)
     said: dict[str, list[str]] = {}

@@ -16,6 +16,7 @@ import json
 
 from sparkpair import apply, probes
 from sparkpair.apply import firsttouch
+from sparkpair.checks import any_node
 from sparkpair.errors import Interrupted, SparkpairError
 from sparkpair.inventory import Inventory
 from sparkpair.network import netplan, rollback, trust
@@ -126,17 +127,17 @@ def restore(pair: Pair, inventory: Inventory, progress: Progress, last: bool = F
 
     Ctrl-C lets each node finish its restore, reports what each did, and says so."""
     done: dict[str, list[str]] = {}
-    stamp = ""
+    stamp, count = "", len(inventory.nodes)
     if last:  # the pair's last apply (a node it did not change keeps its own earlier one)
         try:
             read = pair.each(_journals)
         except KeyboardInterrupt:
-            raise Interrupted("interrupted during --restore, before any change: nothing was changed on either node "
-                              "(both are as before)") from None
+            raise Interrupted("interrupted during --restore, before any change: nothing was changed on "
+                              f"{any_node(count)} ({'both' if count == 2 else f'all {count}'} are as before)") from None
         if not read.ok:  # a journal that cannot be used: say so for each node, change nothing on either
             for line in read.error_lines("restore --last"):
                 progress(Event("", line, "error"))
-            progress(Event("", "nothing was changed on either node", "result"))
+            progress(Event("", f"nothing was changed on {any_node(count)}", "result"))
             return False
         stamp = max((journal.stamp for journals in read.values.values() for journal in journals.values()),
                     default="")
@@ -161,6 +162,6 @@ def restore(pair: Pair, inventory: Inventory, progress: Progress, last: bool = F
         if missing:
             raise Interrupted(f"interrupted during --restore; {', '.join(missing)} did not finish restoring (see "
                               "above): run sparkpair setup-network --restore again")
-        raise Interrupted("interrupted during --restore; each node finished restoring first: both nodes are as "
-                          "planned (restored, above)")
+        raise Interrupted("interrupted during --restore; each node finished restoring first: "
+                          f"{'both nodes are' if count == 2 else 'every node is'} as planned (restored, above)")
     return undone is not None and undone.ok

@@ -126,12 +126,12 @@ def diff(text: str) -> None:
         out().print(f"    [{colour}]{escape(raw)}[/]" if colour else f"    {escape(raw)}")
 
 
-def plan(changes: Sequence[Change], refusals: list[str], show_diffs: bool = True) -> None:
-    """What a command would change, node by node, with diffs; refusals as errors."""
+def plan(changes: Sequence[Change], refusals: list[str], show_diffs: bool = True, nodes: int = 2) -> None:
+    """What a command would change, node by node, with diffs; refusals as errors (nodes: the inventory's)."""
     error_lines(refusals)
     if not changes:
         if not refusals:
-            line("nothing to change on either node")
+            line(f"nothing to change on {'any node' if nodes > 2 else 'either node'}")
         return
     for node in dict.fromkeys(change.node for change in changes):
         line(f"{node}:")
@@ -226,14 +226,14 @@ STATUS_STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "di
 
 
 def findings(items: Sequence[Finding], elapsed: float | None = None) -> None:
-    """Doctor findings as one table per node (then the pair), and a summary line. On a terminal the detail
-    and fix columns fold to its width; piped, each finding stays on one line (for grep)."""
+    """Doctor findings as one table per node (then the one of every node: `pair`, `cluster`), and a summary
+    line. On a terminal the detail and fix columns fold to its width; piped, each one stays on one line (grep)."""
     import shutil
 
     terminal = sys.stdout.isatty()
     width = shutil.get_terminal_size().columns if terminal else None
     paint = table.ansi if table.wants_colour(sys.stdout) else table.plain
-    order = list(dict.fromkeys([f.node for f in items if f.node != "pair"] + ["pair"]))
+    order = list(dict.fromkeys([f.node for f in items if f.node not in ("pair", "cluster")] + ["pair", "cluster"]))
     for node in order:
         rows = [[f.check, f.status.value, f.detail, f.fix] for f in items if f.node == node]
         if rows:
@@ -252,7 +252,7 @@ def launch_plan(planned: LaunchPlan) -> None:
     if planned.preflight:
         preflight_failed(planned.preflight)
         return
-    plan(planned.changes, [])
+    plan(planned.changes, [], nodes=len(planned.nodes))
     for name, state in planned.containers.items():
         line(f"{name}: engine container (now: {state}) from {planned.image}")
     line(f"models ({planned.model_source}): {', '.join(planned.repos)} on {', '.join(planned.nodes)}")
@@ -264,7 +264,7 @@ def preflight_failed(failures: Sequence[Finding]) -> None:
     error_lines([f"preflight: {len(failures)} launch-critical check(s) FAIL; nothing was started"])
 
 
-def launch_result(result: LaunchResult) -> None:
+def launch_result(result: LaunchResult, nodes: int = 2) -> None:
     """How a launch ended: the endpoint, or what failed with the ranks' last lines and the causes."""
     if result.preflight:
         preflight_failed(result.preflight)
@@ -293,7 +293,8 @@ def launch_result(result: LaunchResult) -> None:
         note(f"{name}: {stopped}")
     if result.logs_kept:
         note(result.logs_kept)
-    note("evidence from both nodes for a report (logs, versions, state; no secrets): sparkpair bundle")
+    note(f"evidence from {'every node' if nodes > 2 else 'both nodes'} for a report (logs, versions, state; "
+         "no secrets): sparkpair bundle")
 
 
 def bundle_result(result: BundleResult) -> None:

@@ -1,7 +1,8 @@
-"""sparkpair launch, status, logs and stop at N nodes on the simulated switch of four (docs/cluster.md): the stand-in
-TensorRT-LLM at TP=4 (one mpirun of four ranks, one per node), then the real vLLM (its CPU build) at TP=4 with
---nnodes 4. One shape start for the module (about a minute); `testbed_shape` brings back the pair after it.
-Run under `flock /tmp/simpair.lock`.
+"""sparkpair at N nodes on the simulated switch of four (docs/cluster.md): setup-network (a switch port that is down
+named with its fix, by setup-network and by doctor; the restore at the end), doctor --deep across four ranks, launch,
+status, logs and stop with the stand-in TensorRT-LLM at TP=4 (one mpirun of four ranks, one per node), then the real
+vLLM (its CPU build) at TP=4 with --nnodes 4. One shape start for the module; `testbed_shape` brings back the pair
+after it. Run under `flock /tmp/simpair.lock`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import yaml
 from conftest import run_sparkpair
 
 NODES = ("spark-a", "spark-b", "spark-c", "spark-d")
+TWINS = ("enp1s0f1np1", "enP2p1s0f1np1")   # each node's port f1 to the switch
 SPLIT = {"qwen3-235b": {"tp_size": 4}}   # one rank per Spark of the switch
 
 
@@ -40,6 +42,12 @@ def switch_of_four(testbed_shape, tmp_path_factory):
     run_sparkpair(path, "stop")
 
 
+def doctor_json(path: Path, *args: str) -> list[dict]:
+    """doctor's findings, as --json prints them."""
+    run = run_sparkpair(path, "doctor", "--json", *args, timeout=600)
+    return json.loads(run.out)["findings"]
+
+
 def _serving_on_every_node(path: Path) -> dict:
     run = run_sparkpair(path, "status", "--json")
     status = json.loads(run.out)
@@ -54,6 +62,32 @@ def _stop_cleans_every_node(bed, path: Path, container: str) -> None:
     for name in NODES:
         assert container not in bed.exec(name, "docker ps -a --format '{{.Names}}'").stdout
     assert json.loads(run_sparkpair(path, "status", "--json").out)["state"] == "stopped"
+
+
+def test_a_switch_port_that_is_down_is_named_by_setup_network_and_doctor_with_the_fix(switch_of_four) -> None:
+    bed, path = switch_of_four
+    bed.cli("fault", "switch-port-down", "--node", "spark-c")
+    try:
+        networked = run_sparkpair(path, "setup-network", "--yes", timeout=900)
+        assert networked.code == 1, networked.text
+        for twin in TWINS:
+            assert (f"spark-c: {twin}: no carrier (fix: check the QSFP cable from spark-c's {twin} to the switch and "
+                    "that its switch port is up") in networked.err, networked.text
+        report = doctor_json(path, "--only", "links.carrier")
+        assert sorted((f["node"], f["detail"]) for f in report if f["status"] == "FAIL") == \
+            [("spark-c", f"{twin}: no carrier") for twin in sorted(TWINS)]
+        assert all("to the switch and that its switch port is up" in f["fix"] for f in report if f["status"] == "FAIL")
+    finally:
+        bed.cli("heal")
+    assert run_sparkpair(path, "setup-network", "--yes", timeout=900).code == 0
+
+
+def test_doctor_deep_runs_mpi_and_the_allreduce_across_all_four_ranks(switch_of_four) -> None:
+    _, path = switch_of_four
+    report = {f["check"]: f for f in doctor_json(path, "--deep", "--only", "deep.mpi,deep.allreduce", "--timeout", "120")}
+    assert report["deep.mpi"]["status"] == "OK" and report["deep.mpi"]["node"] == "cluster", report
+    assert all(f"rank {rank} {name}" in report["deep.mpi"]["detail"] for rank, name in enumerate(NODES))
+    assert report["deep.allreduce"]["status"] == "OK" and "sum 10 as expected" in report["deep.allreduce"]["detail"]
 
 
 def test_the_stand_in_tensorrt_llm_reaches_ready_at_tp4_across_the_switch(switch_of_four) -> None:
@@ -85,3 +119,14 @@ def test_the_real_vllm_reaches_ready_at_tp4_with_nnodes_4(switch_of_four) -> Non
     assert "world_size=4 rank=3" in last
     _serving_on_every_node(path)
     _stop_cleans_every_node(bed, path, "vllm-multinode")
+
+
+def test_restore_returns_every_node_of_the_switch_to_before_sparkpair(switch_of_four) -> None:
+    bed, path = switch_of_four
+    run = run_sparkpair(path, "setup-network", "--restore", "--yes", timeout=900)
+    assert run.code == 0, run.text
+    for name in NODES:
+        assert f"{name}: " in run.out + run.err and "removed /etc/netplan/40-sparkpair-cx7.yaml" in run.out + run.err
+        for twin in TWINS:
+            shown = bed.exec(name, f"ip -o -4 addr show dev {twin}").stdout
+            assert shown.strip() == "", f"{name}:{twin} still has {shown}"

@@ -178,10 +178,25 @@ def current_plan(crossed: bool = False, crossed_at: frozenset = frozenset()) -> 
 
 
 def apply_cabling(crossed: bool = False, crossed_at: frozenset = frozenset()) -> None:
-    """Plug the cabled ports' twins into the bridges as the recorded shape's plan says."""
+    """Plug the cabled ports' twins into the bridges as the recorded shape's plan says. A cable end that moves
+    to another bridge is unplugged while it moves (down, then up again unless a fault keeps it down), as a
+    cable moved by hand is: the node's twin loses carrier, and with it the kernel's neighbour entries."""
     for bridge, peers in current_plan(crossed, crossed_at).items():
         for peer in peers:
+            if link_master(peer) == bridge:
+                continue
+            plugged = is_up(peer)
+            if plugged:
+                ip("link", "set", peer, "down", netns=CABLE_NS)
             ip("link", "set", peer, "master", bridge, netns=CABLE_NS)
+            if plugged:
+                ip("link", "set", peer, "up", netns=CABLE_NS)
+
+
+def is_up(name: str, netns: str = CABLE_NS) -> bool:
+    """True when link NAME is administratively up."""
+    info = json.loads(ip("-j", "link", "show", "dev", name, netns=netns).stdout)
+    return bool(info) and "UP" in info[0].get("flags", [])
 
 
 def is_crossed() -> bool:
