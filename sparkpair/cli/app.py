@@ -20,15 +20,6 @@ class ExitStatus(enum.IntEnum):
     INTERRUPTED = 130
 
 
-# The commands that drive every node of a ring or a switch (docs/cluster.md); the others still refuse more than two.
-CLUSTER_COMMANDS = frozenset({"setup-network", "doctor", "launch", "status", "logs", "stop", "bundle"})
-
-
-def running_command() -> str:
-    """The name of the command click is running (`setup-network`), or "" outside one."""
-    context = click.get_current_context(silent=True)
-    return (context.command.name or "") if context is not None else ""
-
 
 class App:
     """What every command shares: where the inventory is, and how chatty to be."""
@@ -70,12 +61,10 @@ class App:
 
     def pair(self, *, connect_timeout: float = 10.0, accept_new_host_keys: bool = False) -> Pair:
         """Connections to every node, the head first, already being opened in the background (a node's error
-        comes with the first use of its connection); `-vv` traces every remote command. A command outside
-        CLUSTER_COMMANDS refuses an inventory of more than two nodes (InventoryError, exit 2)."""
+        comes with the first use of its connection); `-vv` traces every remote command. Every command drives
+        every node of a pair, a ring or a switch (docs/cluster.md)."""
         from sparkpair.transport import Pair, SshTarget
 
-        if running_command() not in CLUSTER_COMMANDS:
-            self.inventory.require_two_nodes()  # these flows drive two nodes so far (docs/cluster.md)
         trace = None
         if self.verbose >= 2:
             from sparkpair import report

@@ -24,8 +24,9 @@ from sparkpair.cli.options import known_profile
               help="The runtime that serves the target for the data and the evaluation.")
 @click.option("--image", default=None, metavar="IMAGE",
               help="The training image on the head, holding nvidia-modelopt[hf] (default nvcr.io/nvidia/pytorch:25.06-py3).")
-@click.option("--nodes", type=click.IntRange(1, 2), default=1, show_default=True,
-              help="Train on the head alone, or data parallel on both nodes (torchrun over the QSFP link).")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, metavar="K",
+              help="Train on the head alone, or data parallel on the inventory's first K nodes, head first "
+                   "(torchrun over the QSFP links; K at most the inventory's nodes).")
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True)
 @click.option("--requests", "requests_", type=click.IntRange(1, 10000), default=8, show_default=True,
               help="bench requests per draft on the held-back prompts.")

@@ -1,4 +1,5 @@
-"""`sparkpair diff`: the two nodes side by side, or the pair against a lock (`--lock PATH`)."""
+"""`sparkpair diff`: every node side by side (one column per node, head first: a pair's two, or each node of a
+ring or a switch), or every node against a lock (`--lock PATH`)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ from sparkpair.cli.options import resolved_profile, runtime_option
 @click.argument("profile", required=False)
 @runtime_option
 @click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH",
-              help="Compare the pair with this lock (e.g. sparkpair.lock beside the inventory) instead of one node "
-                   "with the other; its profile and runtime unless given.")
+              help="Compare every node with this lock (e.g. sparkpair.lock beside the inventory) instead of the nodes "
+                   "with each other; its profile and runtime unless given.")
 @click.option("--json", "as_json", is_flag=True, help="The comparison as JSON.")
 @pass_app
 def diff_cmd(app: App, profile: str | None, runtime: str | None, lock_path: Path | None, as_json: bool) -> int:
-    """Both nodes side by side (image, engine version, driver, CUDA, kernel, ConnectX-7 firmware, netplan, MTU,
-    NCCL environment, model revisions and file hashes), differences first; exit 1 when anything differs.
-    Read-only: one probe round per node."""
+    """Every node side by side, one column each, head first (image, engine version, driver, CUDA, kernel,
+    ConnectX-7 firmware, netplan, MTU, NCCL environment, model revisions and file hashes), the fields that differ
+    on any node first; exit 1 when anything differs. Read-only: one probe round per node."""
     from sparkpair import report
     from sparkpair.engine import lockflow
     from sparkpair.engine.launch import LaunchOptions, resolve
@@ -52,10 +53,9 @@ def diff_cmd(app: App, profile: str | None, runtime: str | None, lock_path: Path
         else:
             lock_report.lock_differences(differences, lock_path)
         return 1 if differences else 0
-    names = (nodes[0], nodes[1])
-    rows = compare.side_by_side(found, *names)
+    rows = compare.side_by_side(found, *nodes)
     if as_json:
-        report.emit_json(compare.rows_json(rows, names))
+        report.emit_json(compare.rows_json(rows, nodes))
     else:
-        lock_report.pair_rows(rows, names)
+        lock_report.node_rows(rows, nodes)
     return 1 if any(not row.same for row in rows) else 0

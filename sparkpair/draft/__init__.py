@@ -1,11 +1,14 @@
-"""sparkpair train-draft: an Eagle3 draft trained for a profile's target on the pair, from the target's
-own answers, with NVIDIA ModelOpt in a container on the head, exported into the model cache and
-measured against the profile's current draft.
+"""sparkpair train-draft: an Eagle3 draft trained for a profile's target from the target's own answers,
+with NVIDIA ModelOpt in a container on the head (or data parallel on the inventory's first `--nodes K`
+nodes, head first, at any number of nodes), exported into the head's model cache (the evaluation's launch
+copies it, content-verified, to every node that runs a rank) and measured against the profile's current
+draft.
 
 Holds `record` (the draft's record on the head: each finished step with its inputs' digest, so a
 second run resumes after the last finished step and a changed input re-runs its step; pure parts
 tested alone), `data` (the prompt set, hostile JSONL read capped, the held-back split, generation
-through the served endpoint), `train` (the ModelOpt container's command and its progress lines),
+through the served endpoint), `train` (the ModelOpt container's command, each training node's rendezvous
+and its progress lines),
 `export` (the exported checkpoint into the HF cache layout on the head, content-hashed, with its
 training record), `evaluate` (bench of both drafts, side by side) and `flow` (the command: data ->
 train -> export -> evaluate, with progress events). Never prints: `report.draft` shows its result.

@@ -37,10 +37,10 @@ def with_draft(inventory: Inventory, profile: str, runtime: str, draft: str | No
 
 
 def serve(pair: Pair, inventory: Inventory, profile: str, runtime: str, what: str, progress: Progress) -> None:
-    """Launch PROFILE on RUNTIME as INVENTORY says (the head's models copied to the worker); SparkpairError
-    naming WHAT when it fails."""
+    """Launch PROFILE on RUNTIME as INVENTORY says (the head's models, a trained draft among them, copied and
+    verified on every node that runs a rank: launch's fan-out); SparkpairError naming WHAT when it fails."""
     progress(Event("train-draft", f"serving {profile} with {what}"))
-    options = LaunchOptions(profile=profile, runtime=runtime, timeout=LAUNCH_TIMEOUT_S)  # copies to the worker
+    options = LaunchOptions(profile=profile, runtime=runtime, timeout=LAUNCH_TIMEOUT_S)  # copies to every rank node
     result = launch(pair, inventory, options, lambda event: progress(replace(event, level="info")
                                                                      if event.level == "result" else event))
     if not result.ok:

@@ -43,7 +43,7 @@ class DraftOptions:
     seed: int = 0
     requests: int = 8
     out_dir: Path = Path("train-draft-results")
-    nodes: int = 1                      # 2: data parallel across both nodes (torchrun over the QSFP link)
+    nodes: int = 1                      # K > 1: data parallel on the first K nodes, head first (torchrun over QSFP)
 
 
 @dataclass
@@ -90,6 +90,9 @@ def check_options(inventory: Inventory, options: DraftOptions) -> str:
     problem = name_problem(options.name)
     if problem:
         raise UsageError(problem)
+    if not 1 <= options.nodes <= len(inventory.nodes):
+        raise UsageError(f"--nodes {options.nodes}: the inventory has {len(inventory.nodes)} nodes",
+                         hint=f"--nodes 1 to {len(inventory.nodes)}: the first K nodes of the inventory, head first")
     try:
         profile = inventory.profile(options.profile, options.runtime)
     except KeyError as error:
@@ -200,8 +203,8 @@ def _data(run: _Run, current: str) -> dict[str, Any]:
 
 
 def _train(run: _Run, produced: dict[str, Any]) -> dict[str, Any]:
-    """ModelOpt's Eagle3 training in a container on the head (or data parallel on both nodes, rank 0 on the
-    head); WORK/train/draft on the head holds the export."""
+    """ModelOpt's Eagle3 training in a container on the head (or data parallel on the inventory's first
+    --nodes nodes, rank 0 on the head); WORK/train/draft on the head holds the export."""
     options = run.options
     config = f"{run.work}/{train.OUTPUT}/draft/config.json"
     inputs = digest("train", produced.get("sha256"), options.steps, options.seed, options.image, options.nodes,
@@ -209,7 +212,7 @@ def _train(run: _Run, produced: dict[str, Any]) -> dict[str, Any]:
     skipped = _skip(run, "train", inputs, run.head.read(config) is not None)
     if skipped is not None:
         return skipped
-    connections = [run.pair.head, run.pair.worker][: options.nodes]
+    connections = training_nodes(run.pair, run.inventory, options.nodes)
     for connection in connections:
         if not connection.run(train.image_command(options.image)).stdout.strip():
             raise SparkpairError(f"{connection.name}: no image {options.image} in its Docker engine",
@@ -218,7 +221,7 @@ def _train(run: _Run, produced: dict[str, Any]) -> dict[str, Any]:
     run.say("train: stopping the engine (training needs the memory the target holds)")
     lifecycle.stop(run.pair, run.inventory.for_runtime(options.runtime))
     target = produced.get("target", "")
-    if options.nodes == 2:  # the target verified on both nodes and linked where the container reads it
+    if options.nodes > 1:  # the target verified on every training node and linked where the container reads it
         modelsync.ensure_models(run.pair, run.inventory, [target], [c.name for c in connections], "hub", run.progress)
     text = run.head.read(f"{run.work}/data.jsonl") or b""
     commands = [_prepare_node(run, connection, rank, target, text) for rank, connection in enumerate(connections)]
@@ -241,6 +244,11 @@ def _train(run: _Run, produced: dict[str, Any]) -> dict[str, Any]:
     return run.finish("train", inputs, {"trained": trained})
 
 
+def training_nodes(pair: Pair, inventory: Inventory, nodes: int) -> list[Node]:
+    """The connections to the inventory's first NODES nodes, head first: rank r runs on the r-th."""
+    return [pair.nodes[node.name] for node in inventory.nodes[:nodes]]
+
+
 def _prepare_node(run: _Run, connection: Node, rank: int, target: str, data_text: bytes) -> Shell:
     """The node's working folder with the script (and on the worker the data), no earlier output; its command."""
     work = work_dir(connection, run.options.name)
@@ -249,10 +257,7 @@ def _prepare_node(run: _Run, connection: Node, rank: int, target: str, data_text
     if rank > 0:
         connection.put(data_text, f"{work}/data.jsonl", mode=0o600)
     ids = connection.check(Shell("printf '%s:%s' \"$(id -u)\" \"$(id -g)\"")).strip()
-    rendezvous = None
-    if run.options.nodes > 1:
-        twin, link = next(iter(run.inventory.head.links.items()))
-        rendezvous = train.Rendezvous(run.options.nodes, rank, str(link.ip), twin)
+    rendezvous = train.rendezvous_of(run.inventory, run.options.nodes, rank) if run.options.nodes > 1 else None
     return train.train_command(image=run.options.image, hf_cache=hf_cache_on_node(run.inventory, connection.home),
                                work=work, target=target, steps=run.options.steps, seed=run.options.seed, user=ids,
                                rendezvous=rendezvous)

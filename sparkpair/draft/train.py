@@ -1,7 +1,9 @@
-"""The training step: NVIDIA ModelOpt's Eagle3 recipe (`data/train_eagle3.py`, shipped to the head) in a
-container of the training image on the head, the target read from the node's HF cache (read-only, through
-the stable link launch made for it), the data and the output in the draft's working folder; one progress
-event per training step, read from the script's own lines.
+"""The training step: NVIDIA ModelOpt's Eagle3 recipe (`data/train_eagle3.py`, shipped to each training node)
+in a container of the training image on the head, or data parallel on the inventory's first K nodes (head
+first, `--nodes K`) under torchrun, each node on its own QSFP twin toward the head (`rendezvous_of`: the
+interface the runtimes give it, `render.recipe.ports_toward_head`); the target read from the node's HF cache
+(read-only, through the stable link launch made for it), the data and the output in the draft's working
+folder; one progress event per training step, read from the head's own lines.
 
 The container's output is hostile: only whole lines matching PROGRESS (anchored, bounded, linear) count
 as progress; everything else is kept as the log's last lines for the error. The container is named, so an
@@ -16,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 
-from sparkpair.render.recipe import HF_HOME, model_link
+from sparkpair.inventory import Inventory
+from sparkpair.render.recipe import HF_HOME, model_link, ports_toward_head
 from sparkpair.transport import Node, Shell
 
 SCRIPT = "train_eagle3.py"
@@ -58,14 +61,24 @@ def progress_of(line: str) -> TrainStep | None:
 
 @dataclass(frozen=True)
 class Rendezvous:
-    """Data parallel across nodes: torchrun's rendezvous on the head's QSFP address, gloo on the cabled twin
-    (the interface the runtimes' containers use), this node's rank."""
+    """Data parallel across nodes: torchrun's rendezvous on the head's QSFP address this node reaches, gloo on
+    this node's own twin toward the head (the interface the runtimes' containers use), this node's rank."""
 
     nodes: int
     rank: int
     master_addr: str
     interface: str
     port: int = MASTER_PORT
+
+
+def rendezvous_of(inventory: Inventory, nodes: int, rank: int) -> Rendezvous:
+    """The rendezvous of the inventory's node RANK (head first) among its first NODES: the head's address on the
+    link the node shares with it (in a ring each worker's own cable, through a switch the shared subnet; a
+    pair's first twins, as always) and the node's own end of that link, as vLLM's VLLM_HOST_IP and
+    GLOO_SOCKET_IFNAME are chosen (the head's own: its first twin)."""
+    node = inventory.nodes[rank]
+    head_port, own_port = ports_toward_head(inventory, node)
+    return Rendezvous(nodes, rank, str(inventory.head.links[head_port].ip), own_port)
 
 
 def train_command(*, image: str, hf_cache: str, work: str, target: str, steps: int, seed: int,

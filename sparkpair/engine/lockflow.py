@@ -208,7 +208,7 @@ def drift(pair: Pair, inventory: Inventory, options: LaunchOptions, locked: Lock
 def bundle_files(pair: Pair, inventory: Inventory, profile: Profile, inventory_file: Path | None,
                  lock_file: Path) -> tuple[list[Collected], list[str]]:
     """What `sparkpair bundle` holds of the lock: the lock at lock_file (validated, then written again: no byte of
-    the raw file), the nodes side by side (diff.json) and the pair against the lock (diff-lock.json); and what
+    the raw file), every node side by side (diff.json) and the nodes against the lock (diff-lock.json); and what
     could not be collected, with why."""
     files, missing = [], []
     try:
@@ -222,8 +222,8 @@ def bundle_files(pair: Pair, inventory: Inventory, profile: Profile, inventory_f
         found = gather_lock(pair, inventory, profile, names, inventory_file)
     except SparkpairError as error:
         return files, [*missing, f"diff.json: not collected ({error.lines()[0]})"]
-    rows = side_by_side(found, names[0], names[1])
-    files.append(Collected("diff.json", json.dumps(rows_json(rows, (names[0], names[1])), indent=2),
+    rows = side_by_side(found, *names)
+    files.append(Collected("diff.json", json.dumps(rows_json(rows, names), indent=2),
                            "sparkpair diff --json"))
     if locked is not None:
         locked_nodes = replace(found, nodes={name: lock for name, lock in found.nodes.items() if name in locked.nodes})

@@ -14,7 +14,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from sparkpair.errors import InventoryError
 from sparkpair.inventory.profiles import Profile, profile_sources, resolve
 from sparkpair.inventory.topology import TOPOLOGIES, Link, links, neighbours
 from sparkpair.inventory.validation import (
@@ -267,16 +266,6 @@ class Inventory:
     def neighbours(self, node: Node) -> list[Node]:
         """The nodes node shares a link with, in inventory order."""
         return neighbours(self, node)
-
-    def require_two_nodes(self) -> None:
-        """Returns when the inventory has two nodes (a pair, or two Sparks through a switch); InventoryError
-        (exit 2) otherwise: the commands outside cli/app.py's CLUSTER_COMMANDS drive two Sparks so far, and must
-        not drive two of a ring's or a bigger switch's nodes as if they were all."""
-        if len(self.nodes) != 2:
-            raise InventoryError([f"nodes: got {len(self.nodes)} ({self.topology}); expected two for a command that "
-                                  "reaches the nodes: setup-network, doctor, launch, status, logs, stop and bundle "
-                                  "drive every node, diff, bench and train-draft only two Sparks so far "
-                                  "(docs/cluster.md)"])
 
     def node(self, name: str) -> Node:
         """The node called name; KeyError names the known ones."""

@@ -64,6 +64,24 @@ def link_ends(inventory: Inventory, node: Node) -> list[LinkEnd]:
     return sorted(ends, key=lambda end: order.index(end.port))
 
 
+def ring_routes(inventory: Inventory, node: Node) -> dict[str, list[str]]:
+    """node's host routes on a ring: interface -> the /32 addresses it reaches over its cable without a subnet
+    of its own (the neighbour's addresses on the neighbour's other cable, each over the twin of the same half).
+    In a ring of three every node is every other's neighbour, so each address of every node is one cable away;
+    with these scope-link routes a node's MPI, NCCL and Gloo reach any address another node offers (they
+    publish all of them) instead of sending it out of the default route. Empty for a pair and a switch."""
+    if inventory.topology != "ring":
+        return {}
+    ends = link_ends(inventory, node)
+    routes: dict[str, list[str]] = {}
+    for end in ends:
+        toward_me = {other.peer_port for other in ends if other.peer.name == end.peer.name}
+        for port, address in end.peer.links.items():
+            if port not in toward_me and same_half(port, end.port):
+                routes.setdefault(end.port, []).append(f"{address.ip}/32")
+    return {port: sorted(set(found)) for port, found in routes.items()}
+
+
 def physical_port(interface: str) -> str | None:
     """The physical QSFP port a Spark interface belongs to (`f1` for enp1s0f1np1 and enP2p1s0f1np1); None for a
     name that does not say (then each interface is taken as a port of its own)."""

@@ -1,11 +1,14 @@
-"""What differs: a lock against what runs now (`compare`), or one node against the other (`side_by_side`).
+"""What differs: a lock against what runs now (`compare`), or the nodes against each other (`side_by_side`:
+one value per node, head first, for a pair or for every node of a ring or a switch).
 
 Both flatten a `NodeLock` into fields (`image_id`, `mtu enp1s0f1np1`, `model REPO file PATH`, ...; `fields`)
-so that every difference is one line: node, field, locked (or first node's) value, found value, and its fix.
+so that every difference from a lock is one line: node, field, locked value, found value, and its fix; and
+every field of the side by side is one row: its value on each node, and whether they all agree.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sparkpair.lockfile.record import Lock, NodeLock
@@ -54,14 +57,15 @@ class Difference:
 
 @dataclass(frozen=True)
 class Row:
-    """One field of `sparkpair diff`: its value on each node, and whether they agree."""
+    """One field of `sparkpair diff`: its value on each node (in the order the nodes were named), and whether
+    they all agree."""
 
     field: str
-    values: tuple[str, str]
+    values: tuple[str, ...]
 
     @property
     def same(self) -> bool:
-        return self.values[0] == self.values[1]
+        return len(set(self.values)) <= 1
 
 
 def fields(node: NodeLock) -> dict[str, str]:
@@ -114,17 +118,19 @@ def _node_differences(node: str, locked: dict[str, str], found: dict[str, str]) 
             for name in names if locked.get(name, ABSENT) != found.get(name, ABSENT)]
 
 
-def side_by_side(found: Lock, first: str, second: str) -> list[Row]:
-    """The two nodes' fields side by side, the fields whose values differ first (each group in `fields`
-    order, the first node's fields before those only the second has)."""
-    mine, theirs = fields(found.nodes[first]), fields(found.nodes[second])
-    names = [*mine, *(name for name in theirs if name not in mine)]
-    rows = [Row(name, (mine.get(name, ABSENT), theirs.get(name, ABSENT))) for name in names]
+def side_by_side(found: Lock, *nodes: str) -> list[Row]:
+    """The named nodes' fields side by side (two nodes or more, one value each in the order named; ABSENT where a
+    node lacks the field): the fields whose values differ on any node first, then those all agree on (each group
+    in `fields` order, the first node's fields before those only a later node has)."""
+    flat = [fields(found.nodes[node]) for node in nodes]
+    names = list(dict.fromkeys(name for node in flat for name in node))
+    rows = [Row(name, tuple(node.get(name, ABSENT) for node in flat)) for name in names]
     return [row for row in rows if not row.same] + [row for row in rows if row.same]
 
 
-def rows_json(rows: list[Row], names: tuple[str, str]) -> dict[str, object]:
-    """`sparkpair diff --json`: the nodes, how many fields differ, and every field with both values."""
+def rows_json(rows: list[Row], names: Sequence[str]) -> dict[str, object]:
+    """`sparkpair diff --json`: the nodes (head first), how many fields differ, and every field with each node's
+    value (`values`: node -> value; the same shape for two nodes or more)."""
     return {"nodes": list(names), "differing": sum(not row.same for row in rows),
             "fields": [{"field": row.field, "same": row.same, "values": dict(zip(names, row.values, strict=True))}
                        for row in rows]}

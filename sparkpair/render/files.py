@@ -23,6 +23,7 @@ from sparkpair.errors import RenderError, UsageError
 from sparkpair.inventory import Inventory, Node
 from sparkpair.inventory.messages import one_line
 from sparkpair.inventory.profiles import Profile
+from sparkpair.inventory.topology import ring_routes
 from sparkpair.render import engine_config, recipe, runbook
 
 NETPLAN_FILE = paths.NETPLAN_FILE
@@ -74,9 +75,10 @@ def render_template(name: str, **context: Any) -> str:
 
 
 def netplan_file(inventory: Inventory, node: Node, source: str = "the inventory") -> RenderedFile:
-    """/etc/netplan/40-sparkpair-cx7.yaml for node: its QSFP twins, static, at the cluster MTU."""
+    """/etc/netplan/40-sparkpair-cx7.yaml for node: its QSFP twins, static, at the cluster MTU (on a ring, with
+    `topology.ring_routes`)."""
     text = render_template("netplan-cx7.yaml.j2", node=node, mtu=inventory.cluster.mtu,
-                           filename=NETPLAN_FILE, inventory_name=source)
+                           filename=NETPLAN_FILE, inventory_name=source, routes=ring_routes(inventory, node))
     return RenderedFile(f"{node.name}/{NETPLAN_FILE}", text, 0o600)
 
 

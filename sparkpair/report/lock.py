@@ -1,4 +1,5 @@
-"""The lock's output: each difference from a lock on one line, and `sparkpair diff`'s two nodes side by side.
+"""The lock's output: each difference from a lock on one line, and `sparkpair diff`'s nodes side by side (one
+column per node, head first).
 
 Every value came from a node or a lock file: each line goes through `one_line` (no control character, no
 line break reaches the terminal). Data on stdout, the refusal and warnings on stderr.
@@ -48,14 +49,21 @@ def lock_differences(differences: Sequence[Difference], path: Path) -> None:
                   else f"the pair is as the lock {path} says"))
 
 
-def pair_rows(rows: Sequence[Row], names: tuple[str, str]) -> None:
-    """`sparkpair diff`: one line per field, the values on both nodes, the differing fields first and marked."""
+def node_rows(rows: Sequence[Row], names: Sequence[str]) -> None:
+    """`sparkpair diff`: one line per field, its value on each node in a column of its own (head first), the
+    fields that differ on any node first and marked `≠`, then a count naming the nodes."""
     differing = [row for row in rows if not row.same]
     width = max([len(row.field) for row in rows] + [5])
-    column = max([len(row.values[0]) for row in rows] + [len(names[0])])
-    line(one_line(f"  {'field':<{width}}  {names[0]:<{column}}  {names[1]}"))
+    columns = [max([len(row.values[index]) for row in rows] + [len(name)]) for index, name in enumerate(names)]
+
+    def cells(values: Sequence[str]) -> str:  # every column padded but the last
+        return "  ".join([f"{value:<{column}}" for value, column in zip(values[:-1], columns, strict=False)]
+                         + [values[-1]])
+
+    line(one_line(f"  {'field':<{width}}  {cells(names)}"))
     for row in rows:
         mark = "≠" if not row.same else " "
-        line(one_line(f"{mark} {row.field:<{width}}  {row.values[0]:<{column}}  {row.values[1]}"))
-    line(one_line(f"{len(differing)} field(s) differ between {names[0]} and {names[1]}" if differing
-                  else f"{names[0]} and {names[1]} agree on all {len(rows)} fields"))
+        line(one_line(f"{mark} {row.field:<{width}}  {cells(row.values)}"))
+    nodes = f"{', '.join(names[:-1])} and {names[-1]}"
+    line(one_line(f"{len(differing)} field(s) differ {'between' if len(names) == 2 else 'among'} {nodes}"
+                  if differing else f"{nodes} agree on all {len(rows)} fields"))

@@ -1,8 +1,9 @@
-"""sparkpair setup-network and doctor on the simulated ring of three (docs/cluster.md): the apply verifies every
-link and sets up SSH trust as a full mesh; a crossed ring cable (the testbed's `crossed-ring-cable`, the plugs of
-one node's two QSFP ports swapped) is named by its ports, with the fix, by setup-network and by doctor; the
-restore returns every node to before sparkpair. One shape start for the module; `testbed_shape` brings back the
-pair after it. Run under `flock /tmp/simpair.lock`.
+"""sparkpair on the simulated ring of three (docs/cluster.md): setup-network's apply verifies every link and sets
+up SSH trust as a full mesh, and its host routes make every address of every node reachable from the others, so
+doctor --deep's MPI jobs and the stand-in TensorRT-LLM (pipeline parallel over the three) run; a crossed ring
+cable (the testbed's `crossed-ring-cable`, the plugs of one node's two QSFP ports swapped) is named by its ports,
+with the fix, by setup-network and by doctor; the restore returns every node to before sparkpair. One shape
+start for the module; `testbed_shape` brings back the pair after it. Run under `flock /tmp/simpair.lock`.
 """
 
 from __future__ import annotations
@@ -59,6 +60,46 @@ def test_setup_network_on_a_ring_applies_and_verifies_every_link_and_the_trust_m
     assert checked == {(check, name) for check in ("links.crossed", "trust.ssh") for name in NODES}
     again = run_sparkpair(path, "setup-network", "--yes", timeout=900)
     assert again.code == 0 and "create /etc/netplan" not in again.out + again.err, again.text
+
+
+def test_every_node_reaches_every_address_of_the_others_through_the_rings_host_routes(ring_of_three) -> None:
+    """What MPI's daemons, NCCL and Gloo need on a ring: any address a node publishes answers from every other
+    node (a neighbour's other cable's addresses through the scope-link routes setup-network wrote)."""
+    bed, path = ring_of_three
+    inventory = yaml.safe_load(path.read_text())
+    for node in inventory["nodes"]:
+        for other in inventory["nodes"]:
+            if other is node:
+                continue
+            for address in other["links"].values():
+                target = address.split("/")[0]
+                answered = bed.exec(node["name"], f"ping -n -c 1 -W 2 {target}", check=False)
+                assert answered.returncode == 0, f"{node['name']} -> {other['name']} {target}: {answered.stdout}"
+
+
+def test_doctor_deep_runs_mpi_and_the_allreduce_across_the_three_ranks(ring_of_three) -> None:
+    _, path = ring_of_three
+    report = {f["check"]: f for f in _findings(path, "--deep", "--only", "deep.mpi,deep.allreduce", "--timeout", "120")}
+    assert report["deep.mpi"]["status"] == "OK" and report["deep.mpi"]["node"] == "cluster", report
+    assert all(f"rank {rank} {name}" in report["deep.mpi"]["detail"] for rank, name in enumerate(NODES))
+    assert report["deep.allreduce"]["status"] == "OK" and "sum 6 as expected" in report["deep.allreduce"]["detail"]
+
+
+def test_the_stand_in_tensorrt_llm_reaches_ready_across_the_ring_at_pp3(ring_of_three, tmp_path: Path) -> None:
+    """qwen3-235b split over the three nodes by pipeline parallelism (its 4 KV heads do not divide by three)."""
+    bed, path = ring_of_three
+    split = tmp_path / "inventory.yaml"
+    split.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()),
+                                     "models": {"qwen3-235b": {"tp_size": 1, "pp_size": 3}}}))
+    try:
+        run = run_sparkpair(split, "launch", "--timeout", "300", timeout=1200)
+        assert run.code == 0 and "ready in" in run.out, run.text
+        assert "mpirun -np 3 " in run.err + run.out and "--pp_size 3" in run.err + run.out
+        status = json.loads(run_sparkpair(split, "status", "--json").out)
+        assert status["state"] == "serving" and sorted(status["nodes"]) == list(NODES), status
+    finally:
+        stop = run_sparkpair(split, "stop")
+    assert stop.code == 0 and all(f"{name}: removed trtllm-multinode" in stop.out for name in NODES), stop.text
 
 
 def test_a_crossed_ring_cable_is_named_by_setup_network_and_doctor_with_the_fix(ring_of_three) -> None:

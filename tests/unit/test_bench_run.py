@@ -122,3 +122,30 @@ def test_no_draft_statistics_names_the_runtimes_own_metrics_and_what_it_needs(ru
     text = no_draft_statistics(runtime_named(runtime).metrics)
     assert f"on {where};" in text and needs in text
     assert ("enable_iter_perf_stats" in text) == (runtime == "trtllm")  # no TensorRT-LLM fix for a vLLM server
+
+
+@pytest.mark.parametrize(("models", "ran_on", "node"), [
+    ({"qwen3-235b": {"tp_size": 1, "pp_size": 3}}, ["spark-a", "spark-b", "spark-c"], None),
+    ({"qwen3-235b": {"tp_size": 1}}, ["spark-b"], "spark-b")])
+def test_bench_on_a_ring_measures_the_serving_node_and_relaunches_where_the_launch_ran(
+        monkeypatch: pytest.MonkeyPatch, models: dict[str, object], ran_on: list[str], node: str | None) -> None:
+    """A ring of three (issue 28): the endpoint is the launch's serving node (the head across every node, the one
+    node a one-node profile ran on), and a relaunch launches on all three, or on that node again."""
+    from fakenode import FakeNode, fake_pair
+    from test_topology import ring_data
+
+    from sparkpair.engine.launch import LaunchResult
+    from sparkpair.inventory import parse_inventory
+
+    ring = parse_inventory({**ring_data(), "models": models})
+    monkeypatch.setattr(bench, "read_state", lambda head: LaunchState("qwen3-235b", ran_on, 0.0, "mpirun ..."))
+    monkeypatch.setattr(bench, "served_models", lambda endpoint: [endpoint.model])
+    pair = fake_pair(*(FakeNode(n.name) for n in ring.nodes))
+    found = bench.serving(pair, ring, "qwen3-235b")
+    assert found.nodes == ran_on and found.endpoint.host == ring.node(ran_on[0]).host
+    launched: list[object] = []
+    monkeypatch.setattr(bench, "launch", lambda pair, inventory, options, progress: (
+        launched.append(options), LaunchResult(ok=True))[1])
+    configs = plan_configs(ring, "qwen3-235b", [2], compare_baseline=False)
+    bench._relaunch(pair, configs[1], found.nodes, silent)
+    assert [options.node for options in launched] == [node]  # type: ignore[attr-defined]

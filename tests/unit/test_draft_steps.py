@@ -230,3 +230,79 @@ def test_the_target_revision_is_read_capped_and_checked(content: bytes | None, r
     refs = "/home/u/.cache/huggingface/hub/models--Qwen--Q/refs/main"
     head = FakeNode("a", home="/home/u", files={} if content is None else {refs: content})
     assert target_revision(head, inventory, "Qwen/Q") == revision
+
+
+# --- data parallel over N nodes (issue 28) ---------------------------------------------------------------------------
+
+def test_each_training_node_meets_the_head_on_its_own_link_as_the_runtimes_choose_it() -> None:
+    from cluster_nodes import RING, SWITCH
+
+    from sparkpair.render.recipe import ports_toward_head
+
+    pair = parse_inventory(yaml.safe_load(INVENTORY))  # a pair: the head's first address, each node's first twin
+    assert [train.rendezvous_of(pair, 2, rank) for rank in (0, 1)] == [
+        train.Rendezvous(2, 0, "198.19.1.11", "enp1s0f1np1"), train.Rendezvous(2, 1, "198.19.1.11", "enp1s0f1np1")]
+    for inventory in (RING, SWITCH):
+        for rank, node in enumerate(inventory.nodes):
+            head_port, own_port = ports_toward_head(inventory, node)
+            found = train.rendezvous_of(inventory, len(inventory.nodes), rank)
+            assert found == train.Rendezvous(len(inventory.nodes), rank, str(inventory.head.links[head_port].ip),
+                                             own_port)
+            assert found.interface in node.links
+            if rank:  # the head's address on the link this worker shares with it: the same subnet as its own end
+                assert node.links[own_port].network == inventory.head.links[head_port].network
+    workers = [train.rendezvous_of(RING, 3, rank).master_addr for rank in (1, 2)]
+    assert workers[0] != workers[1]  # in a ring each worker reaches the head on its own cable
+
+
+def _trainee(name: str) -> FakeNode:
+    """A node that has the training image, makes the draft's folders and runs the training when asked."""
+    return (FakeNode(name, home="/home/nvidia")
+            .on(prefix("docker image inspect"), "sha256:feed\n")
+            .on(prefix("mkdir -p"), "")
+            .on(prefix("printf '%s:%s'"), "1000:1000"))
+
+
+def test_nodes_k_trains_on_the_first_k_nodes_head_first_each_with_its_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    from cluster_nodes import SWITCH
+    from fakenode import fake_pair
+
+    from sparkpair.draft import flow
+    from sparkpair.progress import silent
+
+    nodes = [_trainee(node.name) for node in SWITCH.nodes]
+    pair = fake_pair(*nodes)
+    options = flow.DraftOptions(profile="qwen3-235b", name="local/mine", nodes=3)
+    run = flow._Run(pair, SWITCH, options, silent, flow.read_record(nodes[0], options.name, options.profile),
+                    "/home/nvidia/.sparkpair/drafts/local--mine", data.split(data.read_prompts(None)),
+                    flow.DraftResult(options.name))
+    synced: list[list[str]] = []
+    ran: list[tuple[list[str], list[str]]] = []
+    monkeypatch.setattr(flow.lifecycle, "stop", lambda *args: None)
+    monkeypatch.setattr(flow.modelsync, "ensure_models", lambda pair, inv, repos, names, *rest: synced.append(names))
+    monkeypatch.setattr(flow.train, "run_training", lambda connections, commands, seen, timeout: (
+        ran.append(([c.name for c in connections], [c.text for c in commands])), (0, {}))[1])
+    flow._train(run, {"sha256": "d" * 64, "target": "Qwen/Q"})
+    names, commands = ran[0]
+    assert names == ["spark-a", "spark-b", "spark-c"] and synced == [names]
+    for rank, (name, command) in enumerate(zip(names, commands, strict=True)):
+        expected = train.rendezvous_of(SWITCH, 3, rank)
+        assert f"torchrun --nnodes 3 --node-rank {rank} --nproc-per-node 1 --master-addr {expected.master_addr} " \
+               in command and f"GLOO_SOCKET_IFNAME={expected.interface}" in command
+        assert any(path.endswith("/data.jsonl") for path, *_ in pair.nodes[name].puts) == (rank > 0)
+    assert nodes[3].calls == []  # the fourth node is not asked anything
+    assert flow.training_nodes(pair, SWITCH, 1) == [nodes[0]]
+
+
+@pytest.mark.parametrize(("nodes", "ok"), [(1, True), (3, True), (4, False), (0, False)])
+def test_nodes_k_is_one_to_the_inventorys_nodes(nodes: int, ok: bool) -> None:
+    from cluster_nodes import RING
+
+    from sparkpair.draft import flow
+
+    options = flow.DraftOptions(profile="qwen3-235b", name="local/mine", nodes=nodes)
+    if ok:
+        flow.check_options(RING, options)
+        return
+    with pytest.raises(UsageError, match=rf"^--nodes {nodes}: the inventory has 3 nodes$"):
+        flow.check_options(RING, options)

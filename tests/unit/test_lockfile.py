@@ -306,3 +306,45 @@ def test_a_node_that_cannot_be_asked_is_one_difference_not_a_crash(example_inven
     found = lockflow.drift(Unreachable(), inventory, LaunchOptions(profile="qwen3-235b"), lock(), None)  # type: ignore[arg-type]
     assert [(d.node, d.field, d.found) for d in found] == [("spark-b", "node", "unreadable")]
     assert "Connection refused" in found[0].fix and "\n" not in difference_line(found[0])
+
+
+def test_side_by_side_of_three_nodes_puts_first_what_any_node_holds_differently(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkpair.report.lock import node_rows
+
+    drifted = node(kernel="6.11.0-1099-nvidia", mtu={"enp1s0f1np1": "9000"})
+    found = lock(**{"spark-a": node(), "spark-b": node(), "spark-c": drifted})
+    rows = side_by_side(found, "spark-a", "spark-b", "spark-c")
+    assert [(row.field, row.values) for row in rows[:2]] == [
+        ("kernel", ("6.11.0-1016-nvidia", "6.11.0-1016-nvidia", "6.11.0-1099-nvidia")),
+        ("mtu enP2p1s0f1np1", ("9000", "9000", ABSENT))]
+    assert all(row.same for row in rows[2:]) and len(rows) == len(fields(node()))
+    data = rows_json(rows, ["spark-a", "spark-b", "spark-c"])
+    assert data["nodes"] == ["spark-a", "spark-b", "spark-c"] and data["differing"] == 2
+    assert data["fields"][1] == {"field": "mtu enP2p1s0f1np1", "same": False,  # type: ignore[index]
+                                 "values": {"spark-a": "9000", "spark-b": "9000", "spark-c": ABSENT}}
+    node_rows(rows, ["spark-a", "spark-b", "spark-c"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["field", "spark-a", "spark-b", "spark-c"]
+    assert lines[1].split() == ["≠", "kernel", "6.11.0-1016-nvidia", "6.11.0-1016-nvidia", "6.11.0-1099-nvidia"]
+    assert [lines[0].index(name) for name in ("spark-b", "spark-c")] == \
+        [lines[1].index("6.11.0-1016-nvidia", lines[1].index("6.11.0-1016-nvidia") + 1),
+         lines[1].index("6.11.0-1099-nvidia")]  # one column per node
+    assert lines[-1] == "2 field(s) differ among spark-a, spark-b and spark-c"
+    node_rows(side_by_side(lock(**{name: node() for name in ("a", "b", "c")}), "a", "b", "c"), ["a", "b", "c"])
+    assert capsys.readouterr().out.splitlines()[-1] == f"a, b and c agree on all {len(fields(node()))} fields"
+
+
+def test_two_nodes_side_by_side_print_as_they_always_did(capsys: pytest.CaptureFixture[str]) -> None:
+    from sparkpair.report.lock import node_rows
+
+    found = lock(**{"spark-a": node(), "spark-b": node(kernel="6.11.0-1099-nvidia-drifted")})
+    node_rows(side_by_side(found, "spark-a", "spark-b"), ("spark-a", "spark-b"))
+    lines = capsys.readouterr().out.splitlines()
+    width = max(len(name) for name in fields(node()))
+    column = max(len(value) for value in fields(node()).values())
+    assert lines[0] == f"  {'field':<{width}}  {'spark-a':<{column}}  spark-b"
+    assert lines[1] == f"≠ {'kernel':<{width}}  {'6.11.0-1016-nvidia':<{column}}  6.11.0-1099-nvidia-drifted"
+    assert lines[-1] == "1 field(s) differ between spark-a and spark-b"
+    node_rows(side_by_side(lock(), "spark-a", "spark-b"), ("spark-a", "spark-b"))
+    assert capsys.readouterr().out.splitlines()[-1] == f"spark-a and spark-b agree on all {len(fields(node()))} fields"
