@@ -35,10 +35,10 @@ DIAGNOSE_TAIL = 2000  # lines per rank `logs --diagnose` reads by default
 @click.option("--replace", is_flag=True, help="Replace an engine container whose spec differs.")
 @click.option("--keep-on-failure", is_flag=True, help="Leave a failed launch running for inspection.")
 @click.option("--node", metavar="NAME", help="For single-node profiles: the node to serve on (default: head).")
-@click.option("--check-fabric", is_flag=True, help="Before loading the model, prove NCCL runs over RoCE on both "
-                                                  "twins at full speed (doctor --deep's all_gather_perf); stop if not.")
+@click.option("--check-fabric", is_flag=True, help="Before loading the model, prove NCCL runs over RoCE on every "
+                                                  "rank node's twins at full speed (doctor --deep's all_gather_perf); stop if not.")
 @click.option("--nccl-tests", metavar="PATH", help="With --check-fabric: all_gather_perf (or its build directory) at "
-                                                 "this path on both nodes, when the image has no nccl-tests.")
+                                                 "this path on every node, when the image has no nccl-tests.")
 @click.option("--locked", is_flag=True, help="Refuse to start when anything the lock names differs (image, engine "
                                              "version, driver, kernel, firmware, MTU, netplan, environment, rendered "
                                              "files, model files): one line per difference. docs/lock.md.")
@@ -71,11 +71,10 @@ def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool
         raise click.BadParameter("only with --model-source hub (both nodes download from the hub)",
                                  param_hint="--split-download")
     inv = app.inventory
-    for flag, asked in (("--check-fabric", check_fabric), ("--split-download", split_download)):
-        if asked and len(inv.nodes) > 2:  # both prove or share between two nodes (docs/cluster.md)
-            raise click.BadParameter(f"works on two nodes only; the inventory has {len(inv.nodes)} ({inv.topology}): "
-                                     f"launch without {flag} (doctor --deep runs MPI and NCCL over every node)",
-                                     param_hint=flag)
+    if split_download and len(inv.nodes) > 2:  # the hub's files are shared between two nodes (docs/cluster.md)
+        raise click.BadParameter(f"works on two nodes only; the inventory has {len(inv.nodes)} ({inv.topology}): "
+                                 "launch without --split-download (the head downloads, copies fan out to every node)",
+                                 param_hint="--split-download")
     # An unknown profile, a missing variant, ranks that do not fit the nodes or a bad --node: a usage error
     rank_nodes(inv, resolved_profile(inv, profile, runtime), node)
     options = LaunchOptions(profile=known_profile(inv, profile), runtime=runtime, timeout=timeout, wait=not no_wait,

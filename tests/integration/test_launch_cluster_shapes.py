@@ -1,8 +1,8 @@
 """sparkpair at N nodes on the simulated switch of four (docs/cluster.md): setup-network (a switch port that is down
-named with its fix, by setup-network and by doctor; the restore at the end), doctor --deep across four ranks, launch,
-status, logs and stop with the stand-in TensorRT-LLM at TP=4 (one mpirun of four ranks, one per node), then the real
-vLLM (its CPU build) at TP=4 with --nnodes 4. One shape start for the module; `testbed_shape` brings back the pair
-after it. Run under `flock /tmp/simpair.lock`.
+named with its fix, by setup-network and by doctor; the restore at the end), doctor --deep and launch --check-fabric
+across four ranks, launch, status, logs and stop with the stand-in TensorRT-LLM at TP=4 (one mpirun of four ranks,
+one per node), then the real vLLM (its CPU build) at TP=4 with --nnodes 4. One shape start for the module;
+`testbed_shape` brings back the pair after it. Run under `flock /tmp/simpair.lock`.
 """
 
 from __future__ import annotations
@@ -88,6 +88,15 @@ def test_doctor_deep_runs_mpi_and_the_allreduce_across_all_four_ranks(switch_of_
     assert report["deep.mpi"]["status"] == "OK" and report["deep.mpi"]["node"] == "cluster", report
     assert all(f"rank {rank} {name}" in report["deep.mpi"]["detail"] for rank, name in enumerate(NODES))
     assert report["deep.allreduce"]["status"] == "OK" and "sum 10 as expected" in report["deep.allreduce"]["detail"]
+
+
+def test_check_fabric_proves_all_four_ranks_and_stops_the_socket_fallback_before_any_model_loads(switch_of_four):
+    bed, path = switch_of_four
+    run = run_sparkpair(path, "launch", "--check-fabric", "--timeout", "60", timeout=600)
+    assert run.code == 1 and "--check-fabric: NCCL over RoCE is not proven" in run.err, run.text
+    assert "NCCL fell back to TCP sockets on spark-a, spark-b, spark-c, spark-d" in run.out, run.text
+    for name in NODES:
+        assert "trtllm-multinode" not in bed.exec(name, "docker ps -a --format '{{.Names}}'").stdout
 
 
 def test_the_stand_in_tensorrt_llm_reaches_ready_at_tp4_across_the_switch(switch_of_four) -> None:

@@ -82,7 +82,8 @@ def test_doctor_deep_runs_mpi_and_the_allreduce_across_the_three_ranks(ring_of_t
     report = {f["check"]: f for f in _findings(path, "--deep", "--only", "deep.mpi,deep.allreduce", "--timeout", "120")}
     assert report["deep.mpi"]["status"] == "OK" and report["deep.mpi"]["node"] == "cluster", report
     assert all(f"rank {rank} {name}" in report["deep.mpi"]["detail"] for rank, name in enumerate(NODES))
-    assert report["deep.allreduce"]["status"] == "OK" and "sum 6 as expected" in report["deep.allreduce"]["detail"]
+    assert report["deep.allreduce"]["status"] == "OK" and "sum 6 as expected" in report["deep.allreduce"]["detail"], \
+        report
 
 
 def test_the_stand_in_tensorrt_llm_reaches_ready_across_the_ring_at_pp3(ring_of_three, tmp_path: Path) -> None:

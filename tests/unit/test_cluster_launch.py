@@ -195,7 +195,6 @@ def test_launch_status_logs_stop_and_bundle_reach_every_node_of_a_ring(
 @pytest.mark.parametrize(("command", "needle"), [
     (["launch", "--no-wait"], "models.qwen3-235b: tp_size 2 x pp_size 1 is 2 ranks"),
     (["render", "--out", "rendered"], "set tp_size: 1 and pp_size: 3 under models.qwen3-235b"),
-    (["launch", "gpt-oss-120b", "--check-fabric"], "--check-fabric: works on two nodes only; the inventory has 3"),
     (["launch", "gpt-oss-120b", "--split-download"], "--split-download: works on two nodes only"),
 ])
 def test_what_a_ring_cannot_launch_is_refused_in_one_line_before_any_node_is_asked(
@@ -205,6 +204,16 @@ def test_what_a_ring_cannot_launch_is_refused_in_one_line_before_any_node_is_ask
     err = capsys.readouterr().err
     assert needle in err and "SSH key" not in err and not out_dir.exists()
     assert err.count("\n") == 1 or err.startswith("Usage:")
+
+
+def test_check_fabric_on_a_ring_goes_on_to_prove_every_rank(ring_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--check-fabric runs doctor --deep's MPI and NCCL jobs over every rank node (proven on the simulated switch
+    of four and ring of three), so a ring is not refused for it: the launch goes on to reach the nodes."""
+    data = yaml.safe_load(ring_file.read_text())
+    ring_file.write_text(yaml.safe_dump({**data, "models": PIPELINE_OF_THREE}))
+    assert main(["-i", str(ring_file), "launch", "--check-fabric", "--no-wait"]) == 1
+    err = capsys.readouterr().err
+    assert "works on two nodes only" not in err and "SSH key" in err and "Traceback" not in err
 
 
 def test_render_writes_a_ring_launch_once_the_profile_splits_over_three(ring_file: Path) -> None:
