@@ -36,7 +36,7 @@ NOT_SET = "(not set)"
 NO_SECOND_TWIN = "<no second twin>"   # what a playbook's {twin1} reads on a node with one twin
 REASONS_DOC = "docs/profiles.md"     # where sparkpair's own reasons are written, but the topologies'
 # The reason groups of what a ring asks of a rank node's environment, and where they are written.
-TOPOLOGY_GROUPS = {"ring": "docs/cluster.md", "ring-head": "docs/cluster.md"}
+TOPOLOGY_GROUPS = {"ring": "docs/cluster.md", "ring-head": "docs/cluster.md", "ring-mpi": "docs/cluster.md"}
 # Flags sparkpair sets from elsewhere than serve_args: how to give them the playbook's value.
 SET_ELSEWHERE = {"flags.port": "set server.port: {value}", "flags.host": "sparkpair passes --host itself",
                  "flags.tp_size": "set {profile}.tp_size: {value}",
@@ -195,12 +195,15 @@ def env_departures(facts: Facts, base: Inventory) -> list[Departure]:
 def topology_group(inventory: Inventory, node: Node, ours: str) -> str:
     """The ring's reason group for a rank node's environment value that is only what a ring asks of it: every
     QSFP interface its links use (`ring`: both ports, each cabled to a neighbour), or its own twin toward the
-    head or that twin's address (`ring-head`: a worker's first twin may be cabled to the other worker); "" for
+    head or that twin's address (`ring-head`: a worker's first twin may be cabled to the other worker), or
+    OpenMPI's TCP interfaces, one twin per port (`ring-mpi`, `recipe.mpi_tcp_interfaces`); "" for
     any other value and any other topology (two nodes as always)."""
     if inventory.topology != "ring":
         return ""
     if sorted(ours.split(",")) == sorted(node.links):
         return "ring"
+    if ours == recipe.mpi_tcp_interfaces(inventory):
+        return "ring-mpi"
     toward = recipe.ports_toward_head(inventory, node)[1]
     return "ring-head" if ours in (toward, str(node.links[toward].ip)) else ""
 

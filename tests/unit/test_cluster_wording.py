@@ -167,7 +167,7 @@ def ring_reasons() -> set[tuple[frozenset[str], str]]:
 
 
 def test_the_rings_reasons_in_docs_cluster_and_the_data_agree() -> None:
-    data = {(frozenset(row["keys"]), row["why"]) for group in ("ring", "ring-head")
+    data = {(frozenset(row["keys"]), row["why"]) for group in ("ring", "ring-mpi", "ring-head")
             for row in snapshot()["reasons"][group]}
     assert ring_reasons() == data
 
