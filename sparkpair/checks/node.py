@@ -122,7 +122,8 @@ def check_memory(facts: Facts) -> Iterable[Finding]:
 
 
 def needed_gib(facts: Facts, name: str) -> float:
-    """The node's need: real model sizes from its cache when complete, else the profile's estimates."""
+    """The node's need: its shard of the target (one of tp_size x pp_size), the draft and the headroom; real model
+    sizes from its cache when complete, else the profile's estimates."""
     profile = facts.profile
     sizes = []
     for repo, estimate in ((profile.target, profile.target_gib), (profile.draft, profile.draft_gib)):
@@ -131,7 +132,7 @@ def needed_gib(facts: Facts, name: str) -> float:
         manifest = facts.fact(name, models.manifest(facts.inventory.container.hf_cache, repo))
         complete = manifest is not None and not isinstance(manifest, ProbeFailure) and manifest.complete
         sizes.append(manifest.size / GIB if complete else estimate)
-    target = sizes[0] / profile.tp_size if sizes else 0.0
+    target = sizes[0] / profile.ranks if sizes else 0.0   # each rank holds its shard: tp_size x pp_size of them
     return target + sum(sizes[1:]) + profile.headroom_gib
 
 

@@ -16,6 +16,8 @@ from fakenode import FakeNode, ProbeRound, fake_pair, is_probe_round
 from test_topology import F0, F1, ring_data, switch_data
 
 from sparkpair import paths
+from sparkpair.checks import Facts
+from sparkpair.checks.node import needed_gib
 from sparkpair.cli import main
 from sparkpair.engine import launch, watch
 from sparkpair.errors import InventoryError, UsageError
@@ -260,3 +262,15 @@ def test_after_a_launch_across_four_the_pairs_inventory_acts_on_its_own_two_node
     assert launch_nodes(pair, None) == ["spark-a", "spark-b"]
     gone = LaunchState("qwen3-235b", ["spark-x"], 0.0, "vllm serve ...")
     assert launch_nodes(pair, gone) == ["spark-a", "spark-b"]
+
+
+def test_each_rank_node_needs_memory_for_its_own_share_of_the_target_tensor_or_pipeline() -> None:
+    """A pipeline of three holds a third of the target on each node, as a tensor split of four a quarter (the
+    memory check asked each node of a ring for the whole target at pp_size 3 and refused the launch)."""
+    for data, split, ranks in ((ring_data(), PIPELINE_OF_THREE, 3), (switch_data(), TENSOR_OF_FOUR, 4)):
+        inventory = parse_inventory({**data, "models": split})
+        profile = inventory.profile()
+        facts = Facts(inventory, profile)
+        expected = profile.target_gib / ranks + (profile.draft_gib or 0) + profile.headroom_gib
+        assert all(needed_gib(facts, node.name) == pytest.approx(expected) for node in inventory.nodes)
+        assert needed_gib(facts, "spark-c") < profile.target_gib
