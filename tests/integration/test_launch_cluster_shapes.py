@@ -1,8 +1,9 @@
 """sparkpair at N nodes on the simulated switch of four (docs/cluster.md): setup-network (a switch port that is down
-named with its fix, by setup-network and by doctor; the restore at the end), doctor --deep and launch --check-fabric
-across four ranks, launch, status, logs and stop with the stand-in TensorRT-LLM at TP=4 (one mpirun of four ranks,
-one per node), then the real vLLM (its CPU build) at TP=4 with --nnodes 4. One shape start for the module;
-`testbed_shape` brings back the pair after it. Run under `flock /tmp/simpair.lock`.
+named with its fix, by setup-network and by doctor; the restore at the end), doctor --deep and launch
+--check-fabric across four ranks, launch, status, logs and stop with the stand-in TensorRT-LLM at TP=4 (one mpirun
+of four ranks, one per node), diff of the four nodes, then the real vLLM (its CPU build) at TP=4 with --nnodes 4.
+One shape start for the module; `testbed_shape` brings back the pair after it. Run under
+`flock /tmp/simpair.lock`.
 """
 
 from __future__ import annotations
@@ -110,6 +111,24 @@ def test_the_stand_in_tensorrt_llm_reaches_ready_at_tp4_across_the_switch(switch
     logs = run_sparkpair(path, "logs", "--tail", "20")
     assert logs.code == 0 and all(f"==> {name} (rank {rank}) <==" in logs.out for rank, name in enumerate(NODES))
     _stop_cleans_every_node(bed, path, "trtllm-multinode")
+
+
+def test_diff_puts_the_four_nodes_side_by_side_a_planted_kernel_first(switch_of_four) -> None:
+    """After the launch above placed the models on every node: nothing differs, but a planted kernel."""
+    bed, path = switch_of_four
+    kernel = bed.exec("spark-a", "uname -r").stdout.strip()
+    bed.cli("fault", "kernel-string", "--node", "spark-d")
+    try:
+        run = run_sparkpair(path, "diff", "--json", timeout=300)
+        found = json.loads(run.out)
+        assert run.code == 1 and found["nodes"] == list(NODES), run.text
+        first = found["fields"][0]
+        assert (first["field"], first["values"]) == ("kernel", {**{name: kernel for name in NODES[:3]},
+                                                               "spark-d": "6.11.0-1099-nvidia-drifted"})
+    finally:
+        bed.cli("heal")
+    healthy = run_sparkpair(path, "diff", timeout=300)
+    assert healthy.code == 0 and "≠" not in healthy.out, healthy.text
 
 
 def test_the_real_vllm_reaches_ready_at_tp4_with_nnodes_4(switch_of_four) -> None:
