@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -39,6 +40,10 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_INVENTORY = "/var/lib/sparkpair-testbed/inventory.yaml"
 
 
+# doctor's last line: counts of each status (INFO since the playbook rows), then the time
+SUMMARY = re.compile(r"^[0-9]+ FAIL, [0-9]+ WARN, [0-9]+ OK, [0-9]+ SKIP(, [0-9]+ INFO)? in [0-9.]+ s$", re.MULTILINE)
+
+
 def doctor(inventory_path: str, profile: str | None, inside: list[float] | None = None) -> None:
     """The CLI: with its tables, or with --json when inside is given (its own elapsed_s, connect, probes and
     checks, is appended to inside)."""
@@ -48,7 +53,7 @@ def doctor(inventory_path: str, profile: str | None, inside: list[float] | None 
     if proc.returncode not in (0, 1):  # 1 is a FAIL finding, still a complete run
         raise SystemExit(f"doctor exited {proc.returncode}: {proc.stderr.strip()}")
     if inside is None:
-        if " SKIP in " not in proc.stdout:
+        if not SUMMARY.search(proc.stdout):
             raise SystemExit(f"doctor printed no summary line: {proc.stdout[-500:]}")
     else:
         inside.append(json.loads(proc.stdout)["elapsed_s"])
