@@ -164,7 +164,7 @@ class NodeConnection:
         if not key_file.is_file():
             raise ConnectError(f"the SSH key {key_file} (cluster.ssh_key) does not exist on this machine",
                                hint=f"{shlex.join(['ssh-keygen', '-t', 'ed25519', '-f', str(key_file)])}, "
-                                    "then ssh-copy-id to both nodes")
+                                    "then ssh-copy-id to every node of the inventory")
         client = paramiko.SSHClient()
         if target.known_hosts.is_file():
             client.load_host_keys(str(target.known_hosts))

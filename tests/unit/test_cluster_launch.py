@@ -216,6 +216,7 @@ def test_check_fabric_on_a_ring_goes_on_to_prove_every_rank(ring_file: Path, cap
     assert main(["-i", str(ring_file), "launch", "--check-fabric", "--no-wait"]) == 1
     err = capsys.readouterr().err
     assert "works on two nodes only" not in err and "SSH key" in err and "Traceback" not in err
+    assert "ssh-copy-id to every node of the inventory" in err and "both nodes" not in err  # three of them
 
 
 def test_render_writes_a_ring_launch_once_the_profile_splits_over_three(ring_file: Path) -> None:
