@@ -20,7 +20,6 @@ class ExitStatus(enum.IntEnum):
     INTERRUPTED = 130
 
 
-
 class App:
     """What every command shares: where the inventory is, and how chatty to be."""
 

@@ -67,7 +67,7 @@ def _stop_cleans_every_node(bed, path: Path, container: str) -> None:
 
 def test_a_switch_port_that_is_down_is_named_by_setup_network_and_doctor_with_the_fix(switch_of_four) -> None:
     bed, path = switch_of_four
-    bed.cli("fault", "switch-port-down", "--node", "spark-c")
+    bed.fault("switch-port-down", node="spark-c")
     try:
         networked = run_sparkpair(path, "setup-network", "--yes", timeout=900)
         assert networked.code == 1, networked.text
@@ -79,7 +79,7 @@ def test_a_switch_port_that_is_down_is_named_by_setup_network_and_doctor_with_th
             [("spark-c", f"{twin}: no carrier") for twin in sorted(TWINS)]
         assert all("to the switch and that its switch port is up" in f["fix"] for f in report if f["status"] == "FAIL")
     finally:
-        bed.cli("heal")
+        bed.heal()
     assert run_sparkpair(path, "setup-network", "--yes", timeout=900).code == 0
 
 
@@ -117,7 +117,7 @@ def test_diff_puts_the_four_nodes_side_by_side_a_planted_kernel_first(switch_of_
     """After the launch above placed the models on every node: nothing differs, but a planted kernel."""
     bed, path = switch_of_four
     kernel = bed.exec("spark-a", "uname -r").stdout.strip()
-    bed.cli("fault", "kernel-string", "--node", "spark-d")
+    bed.fault("kernel-string", node="spark-d")
     try:
         run = run_sparkpair(path, "diff", "--json", timeout=300)
         found = json.loads(run.out)
@@ -126,7 +126,7 @@ def test_diff_puts_the_four_nodes_side_by_side_a_planted_kernel_first(switch_of_
         assert (first["field"], first["values"]) == ("kernel", {**{name: kernel for name in NODES[:3]},
                                                                "spark-d": "6.11.0-1099-nvidia-drifted"})
     finally:
-        bed.cli("heal")
+        bed.heal()
     healthy = run_sparkpair(path, "diff", timeout=300)
     assert healthy.code == 0 and "≠" not in healthy.out, healthy.text
 

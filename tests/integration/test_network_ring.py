@@ -105,7 +105,7 @@ def test_the_stand_in_tensorrt_llm_reaches_ready_across_the_ring_at_pp3(ring_of_
 
 def test_a_crossed_ring_cable_is_named_by_setup_network_and_doctor_with_the_fix(ring_of_three) -> None:
     bed, path = ring_of_three
-    bed.cli("fault", "crossed-ring-cable", "--node", "spark-b")
+    bed.fault("crossed-ring-cable", node="spark-b")
     try:
         run = run_sparkpair(path, "setup-network", "--yes", timeout=900)
         assert run.code == 1, run.text
@@ -117,7 +117,7 @@ def test_a_crossed_ring_cable_is_named_by_setup_network_and_doctor_with_the_fix(
         # every finding, on spark-b or on a neighbour that reached it, names spark-b's ports and spark-b's fix
         assert all("swap the QSFP cables on spark-b's" in f["fix"] and "nodes[1].links" in f["fix"] for f in crossed)
     finally:
-        bed.cli("heal")
+        bed.heal()
     healed = run_sparkpair(path, "setup-network", "--yes", timeout=900)
     assert healed.code == 0, healed.text
 
