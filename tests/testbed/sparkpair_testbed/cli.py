@@ -8,6 +8,7 @@ DGX Sparks on this machine (see docs/testbed.md).
     testbed reset --spec FILE.json | --spec-json JSON
     testbed vllm [--wheelhouse-only]
     testbed modelopt
+    testbed sglang
 
 Needs root and Linux.  Standard library only.
 """
@@ -18,7 +19,7 @@ import fcntl
 import os
 import sys
 
-from . import faults, lifecycle, modelopt_pair, reset, reshape, shape, vllm_pair, vllm_ray, vllm_wheels
+from . import faults, lifecycle, modelopt_pair, reset, reshape, sglang_image, sglang_pair, shape, vllm_pair, vllm_ray, vllm_wheels
 from .faults import FAULTS
 from .hostexec import CommandError, node_prefix
 from .layout import CACHE_DIR, INVENTORY, NODES, USER, node
@@ -66,7 +67,19 @@ def parser() -> argparse.ArgumentParser:
                       help="only fill the wheelhouse cache (pip download; needs no pair)")
     sub.add_parser("modelopt", help="NVIDIA ModelOpt's training image (sparkpair train-draft) in both nodes, after "
                                     "`vllm` (idempotent, cached; see modelopt_pair.py)")
+    sub.add_parser("sglang", help="the stand-in SGLang image in every node and its models on the head (idempotent, "
+                                  "cached; see sglang_pair.py)")
     return top
+
+
+def do_sglang() -> int:
+    """The stand-in SGLang: the download outside the testbed lock, the pair's part under it."""
+    sglang_image.ensure_wheelhouse(log)
+    with locked():
+        setup = sglang_pair.ensure_sglang(log)
+    log(f"SGLang {setup.sglang_version}: {setup.image} on {lifecycle.on_every_node()}; {setup.target_repo} and "
+        f"{setup.draft_repo} in {setup.head}'s HF cache; record: {sglang_pair.RECORD}")
+    return 0
 
 
 def do_modelopt() -> int:
@@ -127,6 +140,8 @@ def dispatch(args) -> int:
         return do_vllm(args)
     if args.command == "modelopt":
         return do_modelopt()
+    if args.command == "sglang":
+        return do_sglang()
     with locked():
         if args.command == "up":
             reshape.reshape(args.shape, log)
