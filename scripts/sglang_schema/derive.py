@@ -172,28 +172,29 @@ def metrics() -> dict[str, dict[str, Any]]:
     return dict(sorted(found.items(), key=lambda item: item[1]["line"]))
 
 
-def source(definitions: list[str], placeholder: bool) -> dict[str, Any]:
-    """Where the data comes from."""
+def source(definitions: list[str]) -> dict[str, Any]:
+    """Where the data comes from (triton: the installed distribution's version, or the placeholder's note)."""
+    try:
+        triton = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:  # this script's placeholder, or the SGLang image's
+        triton = "empty placeholder module (not installed; only imported)"
     return {"package": "sglang", "version": importlib.metadata.version("sglang"),
-            "definitions": definitions, "derived_by": "scripts/sglang_schema/derive.py",
-            "triton": "empty placeholder module (not installed; only imported)" if placeholder
-            else importlib.metadata.version("triton")}
+            "definitions": definitions, "derived_by": "scripts/sglang_schema/derive.py", "triton": triton}
 
 
 def derive() -> dict[str, str]:
     """File name -> the JSON text this SGLang gives."""
-    placeholder = triton_placeholder()
+    triton_placeholder()
     options = server_options()
     args = {"source": source(["sglang/srt/server_args.py: prepare_server_args, ServerArgs.add_cli_args",
                               "sglang/srt/arg_groups/arg_utils.py: add_cli_args_from_dataclass",
-                              "sglang/srt/arg_groups/fields/*.py: the ServerArgs namespaces"], placeholder),
+                              "sglang/srt/arg_groups/fields/*.py: the ServerArgs namespaces"]),
             "prog": "sglang serve", "options": options, "fields": server_fields(options)}
     counters = metrics()
     for metric in counters.values():
         metric.pop("line")
     described = {"source": source([COLLECTOR_SOURCE + ": SchedulerMetricsCollector, TokenizerMetricsCollector "
-                                   "and the other collectors (Gauge/Counter/Histogram/Summary name= literals)"],
-                                  placeholder),
+                                   "and the other collectors (Gauge/Counter/Histogram/Summary name= literals)"]),
                  "exposition": "prometheus_client: a counter is exposed with the _total suffix (added when its "
                                "name lacks it), a histogram as _bucket/_sum/_count; published by /metrics only "
                                "with --enable-metrics",

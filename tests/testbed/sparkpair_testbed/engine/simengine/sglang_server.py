@@ -2,8 +2,8 @@
 own `prepare_server_args` parsed and checked the command line (the image keeps the wheel's
 launch_server.py and swaps only its run_server for this one: simengine/sglang_launch.py).
 
-Every node runs one scheduler rank (a DGX Spark has one GPU: `--tp` must equal `--nnodes` times
-`--pp-size`... one rank per node). The stages, each printing SGLang's lines (sglang_log.py):
+Every node runs one scheduler rank (a DGX Spark has one GPU, so `--tp` times `--pp-size` must equal
+`--nnodes`). The stages, each printing SGLang's lines (sglang_log.py):
 server_args; the model and draft on this node (their config.json in the HF cache); the rendezvous,
 NCCL, PyNccl's warm-up, the MessageQueue (sglang_world.py, with its traps); the weights read for
 real over SIM_LOAD_SECONDS (the target split across the ranks, the draft whole); the KV pool;
