@@ -97,3 +97,58 @@ def test_a_store_client_retries_until_the_rank_0_listens():
     client.join(timeout=30)
     assert leader.bcast_object({"x": 1}) == {"x": 1}
     assert result["world"].bcast_object(None) == {"x": 1}
+
+
+def free_port() -> int:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        return probe.getsockname()[1]
+
+
+def test_two_ranks_on_loopback_serve_with_a_draft(tmp_path):
+    """The whole stand-in but SGLang's parser (run_server on the settings it would get), two ranks on
+    loopback: rendezvous, NCCL's bootstrap, the MessageQueue, HTTP, acceptance in /metrics."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time
+    import urllib.request
+
+    from simengine import hf_cli
+
+    cache = tmp_path / "hub"
+    for repo in (ARGS["model_path"], ARGS["speculative_draft_model_path"]):
+        assert hf_cli.main(["download", repo, "--cache-dir", str(cache), "--quiet"]) == 0
+    port, dist = free_port(), free_port()
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "SGLANG_HOST_IP": "127.0.0.1",
+           "NCCL_SOCKET_IFNAME": "lo", "SIM_LOAD_SECONDS": "0.2"}
+    runner = ("import json, sys; from types import SimpleNamespace; from simengine.sglang_server import run_server; "
+              "sys.exit(run_server(SimpleNamespace(**json.loads(sys.argv[1]))))")
+    procs, logs = [], []
+    for rank in (0, 1):
+        args = {**ARGS, "host": "127.0.0.1", "port": port, "node_rank": rank, "dist_init_addr": f"127.0.0.1:{dist}",
+                "tokenizer_path": None}
+        logs.append(tmp_path / f"rank{rank}.log")
+        with open(logs[-1], "wb") as out:
+            procs.append(subprocess.Popen([sys.executable, "-c", runner, json.dumps(args)], env=env, stdout=out,
+                                          stderr=subprocess.STDOUT))
+    try:
+        deadline = time.monotonic() + 60
+        while "The server is fired up and ready to roll!" not in logs[0].read_text():
+            assert time.monotonic() < deadline and procs[0].poll() is None, logs[0].read_text()[-2000:]
+            time.sleep(0.2)
+        assert f"world_size=2 rank=1 local_rank=0 distributed_init_method=tcp://127.0.0.1:{dist}" in logs[1].read_text()
+        base = f"http://127.0.0.1:{port}"
+        request = urllib.request.Request(base + "/generate", data=json.dumps(
+            {"text": "hi", "sampling_params": {"max_new_tokens": 30}}).encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            meta = json.load(answer)["meta_info"]
+        assert meta["completion_tokens"] == 30 and meta["spec_verify_ct"] >= 8
+        with urllib.request.urlopen(base + "/metrics", timeout=30) as answer:
+            metrics = answer.read().decode()
+        assert "sglang:spec_accept_length{" in metrics and "sglang:spec_verify_calls_total{" in metrics
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=30)

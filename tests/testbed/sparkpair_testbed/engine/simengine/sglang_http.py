@@ -270,18 +270,19 @@ def start_http(config, app):
     import socket
     import threading
 
-    try:
-        sock = socket.create_server((config.host, config.port), backlog=128)
-    except OSError as error:
-        sglang_log.main(f"ERROR:    [Errno {error.errno}] error while attempting to bind on address "
-                        f"('{config.host}', {config.port}): {error.strerror.lower()}")
-        raise SystemExit(1) from error
-    sock.listen(128)
-    server = SimHTTPServer(sock, app)
-    server.RequestHandlerClass = SglangHandler
     sglang_log.uvicorn(f"Started server process [{os.getpid()}]")
     sglang_log.uvicorn("Waiting for application startup.")
     sglang_log.uvicorn("Application startup complete.")
+    try:
+        sock = socket.create_server((config.host, config.port), backlog=128)
+    except OSError as error:  # uvicorn's own order (tests/fixtures/logs/uvicorn_port_in_use__openui226.log)
+        sglang_log.main(f"ERROR:    [Errno {error.errno}] error while attempting to bind on address "
+                        f"('{config.host}', {config.port}): {error.strerror.lower()}")
+        sglang_log.uvicorn("Waiting for application shutdown.")
+        sglang_log.uvicorn("Application shutdown complete.")
+        raise SystemExit(1) from error
+    server = SimHTTPServer(sock, app)
+    server.RequestHandlerClass = SglangHandler
     sglang_log.uvicorn(f"Uvicorn running on http://{config.host}:{config.port} (Press CTRL+C to quit)")
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     return server
