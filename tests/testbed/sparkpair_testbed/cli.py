@@ -9,6 +9,7 @@ DGX Sparks on this machine (see docs/testbed.md).
     testbed vllm [--wheelhouse-only]
     testbed modelopt
     testbed sglang
+    testbed triton
 
 Needs root and Linux.  Standard library only.
 """
@@ -19,7 +20,21 @@ import fcntl
 import os
 import sys
 
-from . import faults, lifecycle, modelopt_pair, reset, reshape, sglang_image, sglang_pair, shape, vllm_pair, vllm_ray, vllm_wheels
+from . import (
+    faults,
+    lifecycle,
+    modelopt_pair,
+    reset,
+    reshape,
+    sglang_image,
+    sglang_pair,
+    shape,
+    triton_image,
+    triton_pair,
+    vllm_pair,
+    vllm_ray,
+    vllm_wheels,
+)
 from .faults import FAULTS
 from .hostexec import CommandError, node_prefix
 from .layout import CACHE_DIR, INVENTORY, NODES, USER, node
@@ -69,6 +84,8 @@ def parser() -> argparse.ArgumentParser:
                                     "`vllm` (idempotent, cached; see modelopt_pair.py)")
     sub.add_parser("sglang", help="the stand-in SGLang image in every node and its models on the head (idempotent, "
                                   "cached; see sglang_pair.py)")
+    sub.add_parser("triton", help="the real Triton Inference Server with the stand-in vllm backend, layered on the "
+                                  "vLLM image, in every node (does `vllm` first; idempotent, cached; see triton_pair.py)")
     return top
 
 
@@ -79,6 +96,16 @@ def do_sglang() -> int:
         setup = sglang_pair.ensure_sglang(log)
     log(f"SGLang {setup.sglang_version}: {setup.image} on {lifecycle.on_every_node()}; {setup.target_repo} and "
         f"{setup.draft_repo} in {setup.head}'s HF cache; record: {sglang_pair.RECORD}")
+    return 0
+
+
+def do_triton() -> int:
+    """The Triton image: the downloads outside the testbed lock, the pair's part under it."""
+    vllm_ray.ensure_wheelhouse(vllm_wheels.ensure_wheelhouse(log), log)
+    triton_image.ensure_wheelhouse(log)
+    with locked():
+        setup = triton_pair.ensure_triton(log)
+    log(f"Triton {setup.triton_version}: {setup.image} on {lifecycle.on_every_node()}; record: {triton_pair.RECORD}")
     return 0
 
 
@@ -142,6 +169,8 @@ def dispatch(args) -> int:
         return do_modelopt()
     if args.command == "sglang":
         return do_sglang()
+    if args.command == "triton":
+        return do_triton()
     with locked():
         if args.command == "up":
             reshape.reshape(args.shape, log)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from . import triton_pair
 from .layout import KNOWN_HOSTS, NODES, OPERATOR_KEY, USER
 from .vllm_pair import RECORD, VllmSetup, read_record
 
@@ -102,6 +103,14 @@ class Testbed:
         if not record:
             pytest.fail(f"scripts/testbed vllm left no record in {RECORD}")
         return VllmSetup(**record)
+
+    def triton(self, timeout=3000) -> triton_pair.TritonSetup:
+        """`scripts/testbed triton` (idempotent; does `vllm` first): the Triton image in both engines; what it recorded."""
+        self.cli("triton", timeout=timeout)
+        record = triton_pair.read_record()
+        if not record:
+            pytest.fail(f"scripts/testbed triton left no record in {triton_pair.RECORD}")
+        return triton_pair.TritonSetup(**record)
 
     def reset(self) -> subprocess.CompletedProcess:
         """Take back on both nodes what the reset spec lists; forgets what was set up since."""

@@ -6,9 +6,9 @@ need the pair are skipped with a reason, except under CI=true, where they fail i
 `testbed` (session) is the handle tests use (handle.py); `healed` (autouse) heals every fault a
 test injected; `pristine` resets both nodes first. `testbed_vllm` (session) puts the real vLLM
 (CPU build) on the pair on first use (image in both engines, tiny models on the head): only the
-tests that ask for it pay for it. `testbed_shape` (module) is a factory, testbed_shape(nodes, topology),
-that brings a larger shape up (a ring of 3, a switch of 2-4: shape.py) for one module and the pair back
-after it.
+tests that ask for it pay for it; `testbed_triton` (module) the real Triton on top of it.
+`testbed_shape` (module) is a factory, testbed_shape(nodes, topology), that brings a larger shape up
+(a ring of 3, a switch of 2-4: shape.py) for one module and the pair back after it.
 
 What a reset takes back is the project's business, not the testbed's: `testbed_reset_spec`
 (session) is the reset spec (reset.py), empty here; the project's conftest overrides it (it may
@@ -135,6 +135,13 @@ def testbed_vllm(testbed) -> VllmSetup:
     draft in the head's HF cache. Module scope: each module that asks gets them again where a `down`
     (the engines' images) or a reset (the models) in between took them away."""
     return testbed.vllm()
+
+
+@pytest.fixture(scope="module")
+def testbed_triton(testbed):
+    """The real Triton Inference Server on the pair (`scripts/testbed triton`: the vLLM setup, then the Triton image
+    layered on the vLLM image in both engines; minutes cold, seconds when cached). Module scope, as testbed_vllm."""
+    return testbed.triton()
 
 
 @pytest.fixture(scope="module")

@@ -58,14 +58,14 @@ def container_env(node: Node, ifname: str = TWIN) -> dict:
     return {"VLLM_HOST_IP": qsfp_ip(node), "GLOO_SOCKET_IFNAME": ifname, "HF_HUB_OFFLINE": "1"}
 
 
-def run_argv(env: dict, shm_size: str | None = SHM_SIZE) -> list:
-    """`docker run -d` of the long-lived vLLM container (host network, GPUs, nvidia's HF cache)."""
+def run_argv(env: dict, shm_size: str | None = SHM_SIZE, image: str = VLLM_IMAGE_TAG) -> list:
+    """`docker run -d` of the long-lived vLLM container (host network, GPUs, nvidia's HF cache) of IMAGE."""
     argv = ["docker", "run", "-d", "--name", CONTAINER, "--network", "host", "--gpus", "all"]
     argv += ["--shm-size", shm_size] if shm_size else []
     argv += ["-v", f"/home/{USER}/.cache/huggingface:/root/.cache/huggingface"]
     for key, value in env.items():
         argv += ["-e", f"{key}={value}"]
-    return argv + [VLLM_IMAGE_TAG, "sleep", "infinity"]
+    return argv + [image, "sleep", "infinity"]
 
 
 def configure_links() -> None:
@@ -95,10 +95,10 @@ def remove_models(node: Node = WORKER) -> None:
         shutil.rmtree(hub_dir(node) / folder, ignore_errors=True)
 
 
-def start_container(node: Node, env: dict, shm_size: str | None = SHM_SIZE) -> None:
-    """A fresh vLLM container on NODE (an old one of the same name removed first)."""
+def start_container(node: Node, env: dict, shm_size: str | None = SHM_SIZE, image: str = VLLM_IMAGE_TAG) -> None:
+    """A fresh vLLM container of IMAGE on NODE (an old one of the same name removed first)."""
     remove_container(node)
-    node_run(node, run_argv(env, shm_size), user=USER, timeout=120)
+    node_run(node, run_argv(env, shm_size, image), user=USER, timeout=120)
 
 
 def remove_container(node: Node) -> None:

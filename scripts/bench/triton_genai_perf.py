@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""NVIDIA's GenAI-Perf against a Triton Inference Server's generate endpoint (seed 003's measurement: concurrency 1,
+streaming, time to first token and output tokens per second), and, once sparkpair serves Triton, `sparkpair bench`
+against the same server in the same run, both figures side by side with their ratio (issue 34 asks them within 5%).
+
+GenAI-Perf (genai-perf 0.0.16 driving perf_analyzer 2.60.0) runs from its own root (genai_perf_tools.py: this
+machine's glibc is too old for perf_analyzer's wheel), made on first use and cached. Its tokenizer is a LOCAL
+folder (--tokenizer; default: the tiny target's snapshot in the simulated head's HF cache, which
+`scripts/testbed triton` put there): GenAI-Perf would otherwise fetch `hf-internal-testing/llama-tokenizer` from the
+hub, and HF_HUB_OFFLINE=1 is set for it in any case. Needs root (the tools root runs in a chroot).
+
+Usage:
+  .venv/bin/python scripts/bench/triton_genai_perf.py [--url http://198.18.0.11:8000] [--model eagle_model]
+      [--endpoint-type generate|kserve] [--requests 20] [--isl 64] [--osl 64] [--tokenizer DIR]
+      [--sparkpair-inventory PATH [--profile qwen3-235b]]
+The last lines: `genai-perf: TTFT p50 X ms, output Y tok/s` and, with --sparkpair-inventory,
+`sparkpair bench: TTFT p50 X ms, output Y tok/s` and `ratio sparkpair/genai-perf: TTFT R, tok/s R`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import genai_perf_tools  # scripts/bench/genai_perf_tools.py, beside this script
+from sparkpair_testbed.layout import HEAD, VLLM_TARGET_REPO
+from sparkpair_testbed.vllm_models import hub_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+GRPC_PORT = 8001
+EXPORT = "profile_export_genai_perf.json"
+
+
+def default_tokenizer() -> Path | None:
+    """The tiny target's snapshot in the simulated head's HF cache, as this machine sees it (None when absent)."""
+    folder = hub_dir(HEAD) / ("models--" + VLLM_TARGET_REPO.replace("/", "--"))
+    ref = folder / "refs" / "main"
+    return folder / "snapshots" / ref.read_text().strip() if ref.is_file() else None
+
+
+def genai_perf_argv(args: argparse.Namespace) -> list[str]:
+    """`genai-perf profile` against the server: Triton's HTTP generate endpoint (streaming: generate_stream), or
+    seed 003's form, the KServe gRPC endpoint with the vllm backend."""
+    parts = urlsplit(args.url)
+    if args.endpoint_type == "kserve":  # sampling_parameters {"max_tokens": N, "min_tokens": N}
+        target = ["--endpoint-type", "kserve", "--backend", "vllm", "--url", f"{parts.hostname}:{GRPC_PORT}",
+                  "--output-tokens-mean-deterministic"]
+    else:  # max_tokens and ignore_eos beside text_input: Triton hands keys that name no input to the request's parameters
+        target = ["--endpoint-type", "generate", "--url", f"{parts.scheme}://{parts.netloc}",
+                  "--extra-inputs", "ignore_eos:true"]
+    return ["genai-perf", "profile", "-m", args.model, *target, "--streaming", "--tokenizer", "/tokenizer",
+            "--concurrency", "1", "--request-count", str(args.requests), "--warmup-request-count", "1",
+            "--synthetic-input-tokens-mean", str(args.isl), "--synthetic-input-tokens-stddev", "0",
+            "--output-tokens-mean", str(args.osl), "--artifact-dir", "/out", "--profile-export-file",
+            "profile_export.json"]
+
+
+def genai_perf_figures(export: dict) -> tuple[float, float]:
+    """(TTFT p50 in ms, output tokens per second) from GenAI-Perf's profile_export_genai_perf.json."""
+    ttft = export["time_to_first_token"]
+    unit = ttft.get("unit", "ms")
+    return ttft["p50"] / (1e6 if unit == "ns" else 1.0), export["output_token_throughput"]["avg"]
+
+
+def run_genai_perf(args: argparse.Namespace) -> tuple[float, float]:
+    tokenizer = args.tokenizer or default_tokenizer()
+    if tokenizer is None or not (Path(tokenizer) / "tokenizer.json").is_file():
+        sys.exit(f"no local tokenizer at {tokenizer} (scripts/testbed triton plants the tiny target, or give --tokenizer)")
+    with tempfile.TemporaryDirectory() as out:
+        proc = genai_perf_tools.run(genai_perf_argv(args), {"/tokenizer": Path(tokenizer).resolve(), "/out": Path(out)})
+        exports = sorted(Path(out).rglob(EXPORT))
+        if proc.returncode != 0 or not exports:
+            sys.exit(f"genai-perf failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+        print(proc.stdout[-4000:], file=sys.stderr)
+        return genai_perf_figures(json.loads(exports[0].read_text()))
+
+
+def sparkpair_figures(args: argparse.Namespace) -> tuple[float, float]:
+    """(TTFT p50 in ms, output tokens per second) from `sparkpair bench --json` on what sparkpair serves."""
+    argv = [sys.executable, "-m", "sparkpair", "-i", args.sparkpair_inventory, "bench", *([args.profile] if args.profile
+            else []), "--concurrency", "1", "--requests", str(args.requests), "--max-tokens", str(args.osl), "--json"]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"sparkpair bench failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    row = json.loads(proc.stdout)["rows"][0]
+    return row["ttft_ms_p50"], row["aggregate_tokens_per_s"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--url", default=f"http://{HEAD.mgmt_ip}:8000", help="Triton's HTTP endpoint")
+    parser.add_argument("--model", default="eagle_model")
+    parser.add_argument("--endpoint-type", choices=("generate", "kserve"), default="generate")
+    parser.add_argument("--requests", type=int, default=20)
+    parser.add_argument("--isl", type=int, default=64, help="prompt tokens (synthetic)")
+    parser.add_argument("--osl", type=int, default=64, help="output tokens")
+    parser.add_argument("--tokenizer", help="a local tokenizer folder (default: the tiny target's snapshot)")
+    parser.add_argument("--sparkpair-inventory", help="also run `sparkpair bench` with this inventory")
+    parser.add_argument("--profile", help="the profile sparkpair bench measures (default: the inventory's)")
+    args = parser.parse_args(argv)
+    ttft, tokens = run_genai_perf(args)
+    print(f"genai-perf: TTFT p50 {ttft:.1f} ms, output {tokens:.2f} tok/s")
+    if args.sparkpair_inventory:
+        own_ttft, own_tokens = sparkpair_figures(args)
+        print(f"sparkpair bench: TTFT p50 {own_ttft:.1f} ms, output {own_tokens:.2f} tok/s")
+        print(f"ratio sparkpair/genai-perf: TTFT {own_ttft / ttft:.3f}, tok/s {own_tokens / tokens:.3f}")
+
+
+if __name__ == "__main__":
+    main()
