@@ -43,7 +43,16 @@ def default_tokenizer() -> Path | None:
     return folder / "snapshots" / ref.read_text().strip() if ref.is_file() else None
 
 
-def genai_perf_argv(args: argparse.Namespace) -> list[str]:
+def tokenizer_binds(folder: Path) -> tuple[str, dict[str, Path]]:
+    """(the tokenizer's path in the tools root, what to bind there): a snapshot of a Hugging Face cache holds
+    symlinks into ../../blobs, so its whole repo folder goes in; any other folder goes in as it is."""
+    folder = folder.absolute()
+    if folder.parent.name == "snapshots":
+        return f"/tokenizer/snapshots/{folder.name}", {"/tokenizer": folder.parent.parent}
+    return "/tokenizer", {"/tokenizer": folder}
+
+
+def genai_perf_argv(args: argparse.Namespace, tokenizer: str) -> list[str]:
     """`genai-perf profile` against the server: Triton's HTTP generate endpoint (streaming: generate_stream), or
     seed 003's form, the KServe gRPC endpoint with the vllm backend."""
     parts = urlsplit(args.url)
@@ -53,7 +62,7 @@ def genai_perf_argv(args: argparse.Namespace) -> list[str]:
     else:  # max_tokens and ignore_eos beside text_input: Triton hands keys that name no input to the request's parameters
         target = ["--endpoint-type", "generate", "--url", f"{parts.scheme}://{parts.netloc}",
                   "--extra-inputs", "ignore_eos:true"]
-    return ["genai-perf", "profile", "-m", args.model, *target, "--streaming", "--tokenizer", "/tokenizer",
+    return ["genai-perf", "profile", "-m", args.model, *target, "--streaming", "--tokenizer", tokenizer,
             "--concurrency", "1", "--request-count", str(args.requests), "--warmup-request-count", "1",
             "--synthetic-input-tokens-mean", str(args.isl), "--synthetic-input-tokens-stddev", "0",
             "--output-tokens-mean", str(args.osl), "--artifact-dir", "/out", "--profile-export-file",
@@ -71,8 +80,9 @@ def run_genai_perf(args: argparse.Namespace) -> tuple[float, float]:
     tokenizer = args.tokenizer or default_tokenizer()
     if tokenizer is None or not (Path(tokenizer) / "tokenizer.json").is_file():
         sys.exit(f"no local tokenizer at {tokenizer} (scripts/testbed triton plants the tiny target, or give --tokenizer)")
+    inside, binds = tokenizer_binds(Path(tokenizer))
     with tempfile.TemporaryDirectory() as out:
-        proc = genai_perf_tools.run(genai_perf_argv(args), {"/tokenizer": Path(tokenizer).resolve(), "/out": Path(out)})
+        proc = genai_perf_tools.run(genai_perf_argv(args, inside), {**binds, "/out": Path(out)})
         exports = sorted(Path(out).rglob(EXPORT))
         if proc.returncode != 0 or not exports:
             sys.exit(f"genai-perf failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")

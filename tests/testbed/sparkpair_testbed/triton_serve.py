@@ -95,9 +95,9 @@ def start_head(argv: list | None = None, root: Path = REPOSITORY) -> float:
 
 
 def head_log() -> str:
-    """What Triton (and the vLLM engine inside it) printed so far."""
-    proc = node_run(HEAD, ["docker", "logs", CONTAINER], user=USER, check=False, timeout=60)
-    return proc.stdout + proc.stderr
+    """What Triton (on stderr) and the vLLM engine inside it (on stdout) printed so far, in the order printed."""
+    proc = node_run(HEAD, ["sh", "-c", f"docker logs {CONTAINER} 2>&1"], user=USER, check=False, timeout=60)
+    return proc.stdout
 
 
 def head_running() -> bool:

@@ -55,6 +55,9 @@ def triton_tp2(testbed, testbed_triton, tmp_path_factory):
     except CommandError as exc:
         pytest.fail(str(exc))
     finally:
+        logs = tmp_path_factory.mktemp("triton-logs")
+        (logs / "head.log").write_text(triton_serve.head_log())
+        print(f"\nTriton's log (head) and the worker's: {logs / 'head.log'}, {worker.logs[WORKER.name] if worker else '-'}")
         triton_serve.stop(worker)
         vllm_serve.remove_models(WORKER)
         vllm_serve.release_links()
@@ -116,17 +119,21 @@ def metric(text: str, name: str, labels: str) -> float:
     return float(match.group(1))
 
 
-def test_the_metrics_port_counts_inferences_and_the_vllm_backends_own_counters(triton_tp2):
+def test_the_metrics_port_counts_inferences_and_the_vllm_backends_own_counters(testbed, triton_tp2):
     before = triton_serve.http("GET", "/metrics", port=triton_serve.METRICS_PORT)[1]
     labels = f'model="{MODEL}",version="1"'
     status, text = triton_serve.http("POST", f"/v2/models/{MODEL}/generate", {
         "text_input": "Metrics", "parameters": {"temperature": 0, "max_tokens": 6, "ignore_eos": True}})
     assert status == 200, text
-    after = triton_serve.http("GET", "/metrics", port=triton_serve.METRICS_PORT)[1]
+    generated = metric(before, "vllm:generation_tokens_total", labels) + 6
+
+    def counted() -> str:  # vLLM's stats reach Triton through the backend's queue, just after the response
+        text = triton_serve.http("GET", "/metrics", port=triton_serve.METRICS_PORT)[1]
+        return text if metric(text, "vllm:generation_tokens_total", labels) >= generated else ""
+
+    after = testbed.wait_until(counted, 30, "vllm:generation_tokens_total to count the 6 new tokens", interval=0.5)
     assert metric(after, "nv_inference_request_success", labels) == metric(before, "nv_inference_request_success",
                                                                            labels) + 1
     assert metric(after, "nv_inference_count", labels) >= 1
-    assert metric(after, "vllm:generation_tokens_total", labels) >= metric(before, "vllm:generation_tokens_total",
-                                                                           labels) + 6
     assert "vllm:time_to_first_token_seconds_count" in after
     assert "vllm:spec_decode" not in after  # the vLLM backend reports no speculative-decoding counters
