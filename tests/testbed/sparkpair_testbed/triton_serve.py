@@ -44,11 +44,17 @@ parameters: {
 """
 
 
+# Eager mode (no torch.compile: about 80 s less of a start on two cores), as the vLLM backend's own sample
+# model.json has it; the worker gets the same flag (WORKER_EXTRA).
+WORKER_EXTRA = ("--enforce-eager",)
+
+
 def engine_args(rank: int = 0) -> dict:
-    """model.json: the same engine arguments as vllm_serve.serve_argv(RANK), in vLLM's own (Python) names."""
+    """model.json: the same engine arguments as vllm_serve.serve_argv(RANK, extra=WORKER_EXTRA), in vLLM's own
+    (Python) names."""
     return {"model": VLLM_TARGET_REPO, "tensor_parallel_size": 2, "distributed_executor_backend": "mp",
             "nnodes": 2, "node_rank": rank, "master_addr": vllm_serve.qsfp_ip(HEAD),
-            "master_port": vllm_serve.MASTER_PORT, "disable_log_stats": False,
+            "master_port": vllm_serve.MASTER_PORT, "enforce_eager": True, "disable_log_stats": False,
             "speculative_config": json.loads(vllm_serve.speculative_config(VLLM_DRAFT_REPO))}
 
 
@@ -83,7 +89,7 @@ def start_worker(log: Path) -> vllm_serve.Serving:
     """The worker's container of the Triton image and its `vllm serve --headless` (rank 1)."""
     vllm_serve.start_container(WORKER, vllm_serve.container_env(WORKER), image=TRITON_IMAGE_TAG)
     serving = vllm_serve.Serving(logs={WORKER.name: log})
-    serving.procs[WORKER.name] = vllm_serve.spawn(WORKER, vllm_serve.serve_argv(1), log)
+    serving.procs[WORKER.name] = vllm_serve.spawn(WORKER, vllm_serve.serve_argv(1, extra=WORKER_EXTRA), log)
     return serving
 
 

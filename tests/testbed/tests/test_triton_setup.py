@@ -62,11 +62,13 @@ def test_model_json_holds_the_engine_arguments_the_worker_gets_as_flags():
     """Rank 0 inside Triton and rank 1 (`vllm serve --headless`) must build the same engine: every flag of the
     worker's command line is a model.json key with the same value, but its rank and --headless."""
     args = triton_serve.engine_args(0)
-    argv = vllm_serve.serve_argv(1)
+    argv = vllm_serve.serve_argv(1, extra=triton_serve.WORKER_EXTRA)
     assert argv[:3] == ["vllm", "serve", args.pop("model")]
     rest = [item for item in argv[3:] if item != "--headless"]
-    flags = dict(zip(rest[::2], rest[1::2]))
-    as_keys = {flag[2:].replace("-", "_"): value for flag, value in flags.items()}
+    as_keys = {}
+    while rest:  # --flag value, or a switch (--enforce-eager) standing for True
+        flag = rest.pop(0)
+        as_keys[flag[2:].replace("-", "_")] = rest.pop(0) if rest and not rest[0].startswith("--") else "True"
     assert as_keys.pop("node_rank") == "1" and args.pop("node_rank") == 0
     assert json.loads(as_keys.pop("speculative_config")) == args.pop("speculative_config")
     assert {key: str(value) for key, value in args.items() if key != "disable_log_stats"} == as_keys
