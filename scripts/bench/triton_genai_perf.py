@@ -59,9 +59,11 @@ def genai_perf_argv(args: argparse.Namespace, tokenizer: str) -> list[str]:
     if args.endpoint_type == "kserve":  # sampling_parameters {"max_tokens": N, "min_tokens": N}
         target = ["--endpoint-type", "kserve", "--backend", "vllm", "--url", f"{parts.hostname}:{GRPC_PORT}",
                   "--output-tokens-mean-deterministic"]
-    else:  # max_tokens and ignore_eos beside text_input: Triton hands keys that name no input to the request's parameters
+    else:  # max_tokens and ignore_eos beside text_input: Triton hands keys that name no input to the request's parameters.
+        # GenAI-Perf 0.0.16 posts streaming requests to .../generate, which Triton refuses for the decoupled vLLM
+        # backend ("generate expects model to produce exactly 1 response, use generate stream ..."): name the stream URL.
         target = ["--endpoint-type", "generate", "--url", f"{parts.scheme}://{parts.netloc}",
-                  "--extra-inputs", "ignore_eos:true"]
+                  "--endpoint", f"v2/models/{args.model}/generate_stream", "--extra-inputs", "ignore_eos:true"]
     return ["genai-perf", "profile", "-m", args.model, *target, "--streaming", "--tokenizer", tokenizer,
             "--concurrency", "1", "--request-count", str(args.requests), "--warmup-request-count", "1",
             "--synthetic-input-tokens-mean", str(args.isl), "--synthetic-input-tokens-stddev", "0",
