@@ -72,7 +72,7 @@ def test_the_image_holds_tritonserver_its_python_backend_and_the_stand_in_vllm_b
     assert out[:2] == ["Usage:", "tritonserver"]
     assert {"libtriton_python.so", "triton_python_backend_stub", "triton_python_backend_utils.py", "model.py",
             "stat_logger.py"} <= set(out)
-    assert out[-4:-2] == ["1.26.4", "0.32.0+cpu"] and out[-2:] == ["(3,", "11)"]
+    assert out[-4:-2] == ["1.26.4", "0.32.0"] and out[-2:] == ["(3,", "11)"]  # numpy < 2; vllm.__version__; Python 3.11
     assert testbed_triton.image == triton_image.TRITON_IMAGE_TAG and testbed_triton.image_id.startswith("sha256:")
 
 
