@@ -41,7 +41,7 @@ from sparkpair.engine.state import LaunchState, read_state
 from sparkpair.errors import Interrupted, SparkpairError, UsageError
 from sparkpair.inventory import Inventory, json_data
 from sparkpair.progress import Event, Progress
-from sparkpair.runtimes import Metrics, runtime_of
+from sparkpair.runtimes import Metrics, runtime_named, runtime_of
 from sparkpair.transport import Pair
 
 RELAUNCH_TIMEOUT_S = 1800.0
@@ -90,12 +90,13 @@ def serving(pair: Pair, inventory: Inventory, profile_name: str) -> Serving:
         raise SparkpairError("the server is not serving: nothing was launched, or it was stopped", hint=fix)
     nodes = state.nodes or [inventory.head.name]
     target = inventory.for_runtime(state.runtime).profile(profile_name).target
-    endpoint = Endpoint(inventory.node(nodes[0]).host, inventory.server.port, target)
+    endpoint = Endpoint(inventory.node(nodes[0]).host, inventory.server.port, target, runtime_named(state.runtime).api)
     if state.profile != profile_name:
         raise SparkpairError(f"the server runs profile {state.profile}, not {profile_name}", hint=fix)
     models = served_models(endpoint)
     if models is None:
-        raise SparkpairError(f"the server is not serving: nothing answers at {endpoint.url}/models", hint=fix)
+        raise SparkpairError(f"the server is not serving: nothing answers at {endpoint.url}"
+                             f"{endpoint.api.models(target).removeprefix(endpoint.api.base)}", hint=fix)
     if endpoint.model not in models:
         raise SparkpairError(f"the server at {endpoint.url} serves {', '.join(models) or 'nothing'}, "
                              f"not {endpoint.model}", hint=fix)
@@ -137,17 +138,21 @@ def _measure_level(endpoint: Endpoint, prompts: PromptSet, config: EngineConfig,
     run_streams(endpoint, warmup, level, level, options.max_tokens, advance)
     runtime = runtime_of(config.inventory.profile(config.profile))
     names = runtime.metrics
-    if names.drafts:  # acceptance from the engine's Prometheus counters (vLLM)
-        counters = CounterStats(endpoint, names.path, (names.drafted, names.accepted, names.drafts))
+    if names.drafts and names.drafted and names.accepted:  # acceptance from the engine's Prometheus counters (vLLM)
+        counters = CounterStats(replace(endpoint, port=runtime.metrics_port(config.inventory)), names.path,
+                                (names.drafted, names.accepted, names.drafts))
         with counters:
             timings, wall_s = run_streams(endpoint, prompts.messages, options.requests, level, options.max_tokens,
                                           advance)
         acceptance = counters.acceptance
-    else:  # TensorRT-LLM's per-iteration JSON on /metrics
-        with IterationStats(endpoint) as iterations:
+    elif names.iterations:  # per-iteration JSON statistics (TensorRT-LLM's /metrics)
+        with IterationStats(endpoint, names.iterations) as iterations:
             timings, wall_s = run_streams(endpoint, prompts.messages, options.requests, level, options.max_tokens,
                                           advance)
         acceptance = acceptance_from_iterations(iterations.items)
+    else:  # the engine publishes no draft statistics bench can read
+        timings, wall_s = run_streams(endpoint, prompts.messages, options.requests, level, options.max_tokens, advance)
+        acceptance = None
     stats = summarize_level(level, timings, wall_s, acceptance)
     return stats, [t.error for t in timings if not t.ok]
 

@@ -1,9 +1,10 @@
-"""The benchmark's HTTP side: timed streaming chat requests, concurrent streams, /metrics draining.
+"""The benchmark's HTTP side: timed streaming requests, concurrent streams, the engine's statistics.
 
-Plain HTTP against the server's OpenAI-compatible endpoint through `transport.httpio` (one deadline per
-request, a byte cap on every answer); one thread per concurrent stream. Token arrival is timed when each
+Plain HTTP against the engine's server through `transport.httpio` (one deadline per request, a byte cap
+on every answer), its requests and answers as the runtime's `ServingApi` says (the OpenAI server's
+streamed chat completions); one thread per concurrent stream. Token arrival is timed when each
 server-sent event is read, so what is measured is what a client on this machine sees (network included).
-Every field of an answer is read typed (`transport.jsonfields`): a malformed answer fails its request
+Every field of an answer is read typed (`sparkpair.jsonfields`): a malformed answer fails its request
 with one line, never an exception.
 """
 
@@ -14,13 +15,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sparkpair.bench.stats import Acceptance, RequestTiming
 from sparkpair.errors import SparkpairError
+from sparkpair.jsonfields import Field, ShapeError
+from sparkpair.runtimes import ServingApi
+from sparkpair.runtimes.openai import OPENAI
 from sparkpair.transport.httpio import ANSWER_CAP, HttpFailure, fetch_tcp, shown, tcp_request, url_host
-from sparkpair.transport.jsonfields import Field, ShapeError
 
 Messages = list[dict[str, str]]
 METRICS_CAP = 32 << 20       # bytes of one /metrics drain (a bounded list of iteration items, ~1 KiB each)
@@ -34,15 +37,16 @@ SPEC_COUNTS = ("numDraftTokens", "numAcceptedTokens", "numRequestsWithDraftToken
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where the server listens and which model it serves."""
+    """Where the server listens, which model it serves and how it is asked (its runtime's `ServingApi`)."""
 
     host: str
     port: int
     model: str
+    api: ServingApi = field(default=OPENAI, compare=False)
 
     @property
     def url(self) -> str:
-        return f"http://{url_host(self.host)}:{self.port}/v1"
+        return f"http://{url_host(self.host)}:{self.port}{self.api.base}"
 
 
 def get_json(endpoint: Endpoint, path: str, timeout: float = 10.0, cap: int = ANSWER_CAP) -> Field:
@@ -55,21 +59,19 @@ def get_json(endpoint: Endpoint, path: str, timeout: float = 10.0, cap: int = AN
 
 
 def served_models(endpoint: Endpoint) -> list[str] | None:
-    """The model ids /v1/models lists; None when nothing answers there; SparkpairError when its answer is
-    not a model list."""
+    """The model ids the server shows served (the OpenAI server's /v1/models); None when nothing answers there;
+    SparkpairError when its answer is not of the shape its API gives."""
+    path = endpoint.api.models(endpoint.model)
     try:
-        data = get_json(endpoint, "/v1/models", timeout=5.0)
-        return [item.get("id").text() for item in data.get("data").items()]
+        reply = fetch_tcp(endpoint.host, endpoint.port, "GET", path, timeout=5.0, cap=ANSWER_CAP)
+        if reply.status != 200:
+            raise HttpFailure(f"GET {path}: {reply.summary}")
+        return endpoint.api.served(reply.body, endpoint.model)
     except HttpFailure:
         return None
     except ShapeError as error:
-        raise SparkpairError(f"the server at {endpoint.url} answered malformed: {error}",
-                             hint="is this port trtllm-serve's? (sparkpair status)") from None
-
-
-def _request_body(endpoint: Endpoint, messages: Messages, max_tokens: int) -> bytes:
-    return json.dumps({"model": endpoint.model, "messages": messages, "max_tokens": max_tokens,
-                       "temperature": 0.0, "stream": True, "stream_options": {"include_usage": True}}).encode()
+        raise SparkpairError(f"the server at {endpoint.url} answered malformed: GET {error}",
+                             hint="is this port the engine's? (sparkpair status)") from None
 
 
 class LineSource(Protocol):
@@ -78,49 +80,38 @@ class LineSource(Protocol):
     def readline(self) -> bytes: ...
 
 
-def _events(answer: LineSource) -> Iterator[tuple[float, Field | None]]:
-    """(arrival time, parsed `data:` payload) per server-sent event; None for the payload "[DONE]", which ends
-    it. ShapeError for a payload that is not JSON, HttpFailure past the deadline or the cap."""
+def _events(answer: LineSource, end: str | None) -> Iterator[tuple[float, Field | None]]:
+    """(arrival time, parsed `data:` payload) per server-sent event; None for the payload end ("[DONE]"), which
+    ends it, or for the answer's end when end is None. ShapeError for a payload that is not JSON, HttpFailure past
+    the deadline or the cap."""
     while raw := answer.readline():
         arrived = time.perf_counter()
         text = raw.decode("utf-8", "replace").strip()
         if not text.startswith("data:"):
             continue
         payload = text[5:].strip()
-        yield arrived, None if payload == "[DONE]" else Field.parse(payload.encode(), "a streamed event")
+        yield arrived, None if payload == end else Field.parse(payload.encode(), "a streamed event")
+    if end is None:
+        yield time.perf_counter(), None
 
 
-def _delta_text(event: Field) -> str:
-    """The generated text an event carries (answer or reasoning: both are output tokens); ShapeError when the
-    event is not a chat completion chunk."""
-    choices = event.get("choices")
-    if choices.null or not choices.items():
-        return ""
-    delta = choices.at(0).get("delta")
-    if delta.null:
-        return ""
-    return delta.get("content").text(default="") + delta.get("reasoning_content").text(default="")
-
-
-def _timed_stream(answer: LineSource, sent: float) -> RequestTiming:
+def _timed_stream(answer: LineSource, sent: float, api: ServingApi = OPENAI) -> RequestTiming:
     first = last = None
     chunks = 0
     usage_tokens = None
-    for arrived, event in _events(answer):
+    for arrived, event in _events(answer, api.stream_end):
         if event is None:
             if first is None or last is None:
                 return RequestTiming(False, "the stream ended without any token")
             tokens = usage_tokens if usage_tokens is not None else chunks
             return RequestTiming(True, ttft_s=first - sent, latency_s=arrived - sent, decode_s=last - first,
                                  output_tokens=tokens, chunks=chunks)
-        usage = event.get("usage")
-        if not usage.null:
-            usage_tokens = usage.get("completion_tokens").count(default=0) or usage_tokens
-        if _delta_text(event):
+        usage_tokens = api.stream_tokens(event) or usage_tokens
+        if api.stream_text(event):
             first = arrived if first is None else first
             last = arrived
             chunks += 1
-    return RequestTiming(False, "the stream ended before [DONE] (engine failure?)")
+    return RequestTiming(False, f"the stream ended before {api.stream_end} (engine failure?)")
 
 
 def _error_text(status: int, body: bytes) -> str:
@@ -138,20 +129,22 @@ def stream_deadline_s(max_tokens: int) -> float:
 
 
 def stream_chat(endpoint: Endpoint, messages: Messages, max_tokens: int, timeout: float | None = None) -> RequestTiming:
-    """One streamed chat completion, timed, ended by timeout seconds (default `stream_deadline_s`) and a byte
-    cap; failures (malformed answers included) come back as a RequestTiming with ok=False and one line."""
+    """One streamed generation (the OpenAI server's chat completion), timed, ended by timeout seconds (default
+    `stream_deadline_s`) and a byte cap; failures (malformed answers included) come back as a RequestTiming with
+    ok=False and one line."""
     cap = STREAM_BASE_CAP + STREAM_PER_TOKEN_CAP * max_tokens
+    request = endpoint.api.stream_request(endpoint.model, messages, max_tokens)
     try:
         sent = time.perf_counter()
-        with tcp_request(endpoint.host, endpoint.port, "POST", "/v1/chat/completions",
+        with tcp_request(endpoint.host, endpoint.port, "POST", request.path,
                          timeout=timeout if timeout is not None else stream_deadline_s(max_tokens),
-                         body=_request_body(endpoint, messages, max_tokens), cap=cap,
+                         body=json.dumps(request.body).encode(), cap=cap,
                          headers={"Content-Type": "application/json", "Accept": "text/event-stream"}) as answer:
             if answer.status != 200:
                 return RequestTiming(False, _error_text(answer.status, answer.body(ERROR_CAP)))
-            return _timed_stream(answer, sent)
+            return _timed_stream(answer, sent, endpoint.api)
     except HttpFailure as failure:
-        return RequestTiming(False, f"POST /v1/chat/completions: {failure}")
+        return RequestTiming(False, f"POST {request.path}: {failure}")
     except ShapeError as error:
         return RequestTiming(False, str(error))
 
@@ -175,14 +168,15 @@ def run_streams(endpoint: Endpoint, prompts: Sequence[Messages], count: int, con
 
 
 class IterationStats:
-    """Collects the engine's /metrics iteration items over a measurement.
+    """Collects the engine's iteration items (TensorRT-LLM's /metrics: `Metrics.iterations`) over a measurement.
 
     /metrics is drained on read and keeps a bounded number of items, so it is drained once on
     entry (what came before is not ours) and then polled in the background until exit.
     """
 
-    def __init__(self, endpoint: Endpoint, interval_s: float = 0.5, settle_s: float = 0.5) -> None:
-        self._endpoint = endpoint
+    def __init__(self, endpoint: Endpoint, path: str = "/metrics", interval_s: float = 0.5,
+                 settle_s: float = 0.5) -> None:
+        self._endpoint, self._path = endpoint, path
         self._interval = interval_s
         self._settle = settle_s
         self._stop = threading.Event()
@@ -194,7 +188,7 @@ class IterationStats:
         """The iteration items /metrics holds now, each as its specDecodingStats counts (`{}` without them);
         an answer or item of another shape is skipped, and the first such problem kept in `self.problem`."""
         try:
-            items = get_json(self._endpoint, "/metrics", cap=METRICS_CAP).items()
+            items = get_json(self._endpoint, self._path, cap=METRICS_CAP).items()
         except (HttpFailure, ShapeError) as error:
             self.problem = self.problem or str(error)
             return []  # a missed poll loses nothing: the items stay on the server for the next one

@@ -15,7 +15,7 @@ from typing import Any
 from sparkpair.errors import UsageError
 from sparkpair.inventory import Inventory, json_data, parse_inventory
 from sparkpair.inventory.profiles import Profile, deep_merge, profile_sources
-from sparkpair.render import recipe
+from sparkpair.runtimes import runtime_of
 
 MAX_PROFILE_NAME = 48
 NO_DRAFT = {"draft": None, "decoding_type": None, "max_draft_len": None, "draft_gib": 0.0}
@@ -37,12 +37,9 @@ class EngineConfig:
 
 
 def launched_draft_len(profile: Profile) -> int | None:
-    """The draft length the engine config of profile carries (None without a draft): TensorRT-LLM's
-    max_draft_len, vLLM's num_speculative_tokens."""
-    if profile.runtime == "vllm":
-        return (profile.max_draft_len or 3) if profile.draft else None
-    speculative = recipe.llm_api_options(profile).get("speculative_config")
-    return int(speculative["max_draft_len"]) if isinstance(speculative, dict) else None
+    """The draft length the engine runs profile with (None without a draft), as its runtime keeps it:
+    TensorRT-LLM's max_draft_len, vLLM's num_speculative_tokens."""
+    return runtime_of(profile).draft_len(profile)
 
 
 def variant_name(profile_name: str, suffix: str) -> str:
@@ -53,13 +50,13 @@ def variant_name(profile_name: str, suffix: str) -> str:
 def variant_inventory(inventory: Inventory, profile_name: str, name: str, changes: dict[str, Any]) -> Inventory:
     """inventory plus a profile `name`: profile_name's resolved settings with changes merged in.
 
-    Without a draft, any speculative_config an override put into llm_api goes too.
+    Without a draft, any speculative_config an override put into engine_config goes too.
     """
     spec = deep_merge(profile_sources(inventory.models)[profile_name], changes)
     for runtime, variant in (spec.get("variants") or {}).items():  # the variant runs too: it changes the same way
         spec["variants"][runtime] = {**variant, **changes}
     if not spec.get("draft"):
-        spec["llm_api"] = {k: v for k, v in (spec.get("llm_api") or {}).items() if k != "speculative_config"}
+        spec["engine_config"] = {k: v for k, v in (spec.get("engine_config") or {}).items() if k != "speculative_config"}
     data = json_data(inventory)
     data["models"] = {**data["models"], name: spec}
     return parse_inventory(data, f"bench variant {name} of {profile_name}")
@@ -77,7 +74,7 @@ def plan_configs(inventory: Inventory, profile_name: str, draft_lengths: list[in
     configs = [EngineConfig(label, profile_name, inventory, launched, relaunch=False)]
     for length in sorted(set(draft_lengths) - {launched}):
         if length > 16:
-            raise UsageError(f"--draft-len: got {length}; TensorRT-LLM's max_draft_len goes up to 16")
+            raise UsageError(f"--draft-len: got {length}; a profile's max_draft_len goes up to 16")
         name = variant_name(profile_name, f"draft{length}")
         configs.append(EngineConfig(f"draft {length}", name, variant_inventory(
             inventory, profile_name, name, {"max_draft_len": length}), length, relaunch=True))

@@ -85,7 +85,8 @@ def check_docker(facts: Facts) -> Iterable[Finding]:
 
 def _image_mode(facts: Facts) -> Iterable[Finding]:
     """Proves the image has what the runtime's mode runs (vLLM: vllm; in Ray mode ray too)."""
-    needs = runtime_of(facts.profile).image_needs(facts.inventory)
+    runtime = runtime_of(facts.profile)
+    needs = runtime.image_needs(facts.inventory)
     if not needs:
         return
     image = facts.inventory.container.image
@@ -94,11 +95,8 @@ def _image_mode(facts: Facts) -> Iterable[Finding]:
         if isinstance(found, ProbeFailure) or found is None:
             yield skip("docker.image-mode", name, f"cannot look inside {image} ({found})")
         elif missing:
-            yield fail("docker.image-mode", name, f"{image} has no {', '.join(missing)} on its PATH "
-                                                  f"({facts.profile.runtime}, {facts.inventory.vllm.multinode} mode)",
-                       "an image with ray[default] installed (NVIDIA's vLLM playbook pip-installs it), or "
-                       "vllm.multinode: native in the inventory" if "ray" in missing else
-                       f"the engine image for {facts.profile.runtime} (vllm.image in the inventory)")
+            mode, fix = runtime.image_needs_fix(facts.inventory, missing)
+            yield fail("docker.image-mode", name, f"{image} has no {', '.join(missing)} on its PATH ({mode})", fix)
         else:
             yield ok("docker.image-mode", name, f"{image} has {', '.join(needs)}")
 
@@ -135,15 +133,20 @@ def check_container(facts: Facts) -> Iterable[Finding]:
 
 
 def check_ports(facts: Facts) -> Iterable[Finding]:
-    """Proves the serving port is free on the head, and sshd_port on both for the sshd transport."""
+    """Proves the serving port (and the engine's metrics port, when it has its own) is free on the head, and
+    sshd_port on both for the sshd transport."""
     inventory = facts.inventory
-    wanted = {facts.rank_nodes()[0]: [("ports.serving", inventory.server.port)]}
+    metrics = runtime_of(facts.profile).metrics_port(inventory)
+    serving = [("ports.serving", inventory.server.port, "server.port")]
+    if metrics != inventory.server.port:
+        serving.append(("ports.serving", metrics, f"the metrics port in engines.{facts.profile.runtime}.options"))
+    wanted = {facts.rank_nodes()[0]: serving}
     if inventory.container.mpi_transport == "sshd":
         for node in inventory.nodes:
-            wanted.setdefault(node.name, []).append(("ports.sshd", inventory.container.sshd_port))
+            wanted.setdefault(node.name, []).append(("ports.sshd", inventory.container.sshd_port, "container.sshd_port"))
     for name, node_facts in reachable_nodes(facts):
         listeners, ours = node_facts.get(host.LISTENERS), facts.container_running(name)
-        for check, port in wanted.get(name, []):
+        for check, port, setting in wanted.get(name, []):
             holders = [] if isinstance(listeners, ProbeFailure) else [held for held in listeners or [] if held.port == port]
             if isinstance(listeners, ProbeFailure):
                 yield skip(check, name, str(listeners))
@@ -153,8 +156,7 @@ def check_ports(facts: Facts) -> Iterable[Finding]:
                 yield ok(check, name, f"port {port} held by the running engine ({holders[0].process})")
             else:
                 yield fail(check, name, f"port {port} held by {holders[0].process}",
-                           f"stop {holders[0].process} on {name}, or change "
-                           f"{'server.port' if check == 'ports.serving' else 'container.sshd_port'}")
+                           f"stop {holders[0].process} on {name}, or change {setting}")
 
 
 def check_models(facts: Facts) -> Iterable[Finding]:

@@ -1,13 +1,15 @@
 """Playbook drift: where the inventory or the profile departs from what NVIDIA's DGX Spark playbooks pin.
 
-The playbooks' values are a sourced snapshot, `sparkpair/data/playbooks.json`: per runtime the image and
-the container environment, per recipe (a target model on a runtime) the model, the serve flags and the
-engine YAML, and Connect Two Sparks' addressing. The judge is pure (the inventory and the profile in,
-findings out; no node is asked): it compares what sparkpair would run, as the runtime renders it, with
-those values. A departure is INFO when its reason is recorded (sparkpair's own, from the snapshot's
-`reasons`, the same text as docs/profiles.md; or the operator's, from the inventory's
-`playbook_reasons`), and WARN naming both values and the fix when it is not. sparkpair's own reason
-holds only while the value is sparkpair's default: an inventory override needs the operator's reason.
+The playbooks' values are a sourced snapshot, `sparkpair/data/playbooks.json`: per runtime (under the key
+its `Runtime.playbook` names; a runtime no playbook pins gets INFO rows saying so) the image and the
+container environment, per recipe (a target model on a runtime) the model, the serve flags and the
+engine's own configuration (`Runtime.engine_settings`), and Connect Two Sparks' addressing. The judge is
+pure (the inventory and the profile in, findings out; no node is asked): it compares what sparkpair would
+run, as the runtime renders it, with those values. A departure is INFO when its reason is recorded
+(sparkpair's own, from the snapshot's `reasons`, the same text as docs/profiles.md; or the operator's,
+from the inventory's `playbook_reasons`), and WARN naming both values and the fix when it is not.
+sparkpair's own reason holds only while the value is sparkpair's default: an inventory override needs the
+operator's reason.
 With more than two nodes the rows about every node are `cluster` rows, and in a ring a rank node's
 environment value that is only what the ring asks (every QSFP interface its links use, or its twin toward
 the head) is explained by the ring's reasons, the same text as docs/cluster.md (`TOPOLOGY_GROUPS`).
@@ -22,10 +24,10 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from sparkpair import registry
 from sparkpair.checks import Facts, Finding, info, ok, warn, whole
 from sparkpair.inventory import Container, Inventory, Node
-from sparkpair.inventory.profiles import BUILTIN_PROFILES, Profile, profile_sources
-from sparkpair.inventory.schema import Vllm
+from sparkpair.inventory.profiles import BUILTIN_PROFILES, Profile, engine_config_key, profile_sources
 from sparkpair.render import recipe
 from sparkpair.runtimes import runtime_of
 
@@ -37,13 +39,9 @@ NO_SECOND_TWIN = "<no second twin>"   # what a playbook's {twin1} reads on a nod
 REASONS_DOC = "docs/profiles.md"     # where sparkpair's own reasons are written, but the topologies'
 # The reason groups of what a ring asks of a rank node's environment, and where they are written.
 TOPOLOGY_GROUPS = {"ring": "docs/cluster.md", "ring-head": "docs/cluster.md", "ring-mpi": "docs/cluster.md"}
-# Flags sparkpair sets from elsewhere than serve_args: how to give them the playbook's value.
-SET_ELSEWHERE = {"flags.port": "set server.port: {value}", "flags.host": "sparkpair passes --host itself",
-                 "flags.tp_size": "set {profile}.tp_size: {value}",
-                 "flags.tensor-parallel-size": "set {profile}.tp_size: {value}",
-                 "flags.distributed-executor-backend": "set vllm.multinode: ray (NVIDIA's Ray cluster)",
-                 "config.speculative_config.max_draft_len": "set {profile}.max_draft_len: {value}",
-                 "config.speculative_config.decoding_type": "set {profile}.decoding_type: {value}"}
+# Flags every runtime's engine gets from elsewhere than serve_args: how to give them the playbook's value (each
+# runtime adds its own: Runtime.playbook_fixes).
+SET_ELSEWHERE = {"flags.port": "set server.port: {value}", "flags.host": "sparkpair passes --host itself"}
 
 
 @cache
@@ -126,12 +124,12 @@ def source_of(group: Mapping[str, Any]) -> str:
 
 
 def baseline(inventory: Inventory, profile: Profile) -> tuple[Inventory, Profile | None]:
-    """The inventory with no override sparkpair's defaults would replace (images, container and vLLM
-    environments, models, serving port), and the built-in profile as sparkpair ships it (None for a
+    """The inventory with no override sparkpair's defaults would replace (images, the container's and each
+    engine's environment, models, serving port), and the built-in profile as sparkpair ships it (None for a
     profile the inventory defines, or a built-in without a variant for the runtime)."""
+    engines = {name: replace(section, image=None, env={}) for name, section in inventory.engines.items()}
     base = replace(inventory, container=replace(inventory.container, image=Container().image, env={}),
-                   vllm=replace(inventory.vllm, image=Vllm().image, env={}), models={},
-                   server=replace(inventory.server, port=type(inventory.server)().port))
+                   engines=engines, models={}, server=replace(inventory.server, port=type(inventory.server)().port))
     base = base.for_runtime(profile.runtime)
     if profile.name not in BUILTIN_PROFILES:
         return base, None
@@ -170,7 +168,7 @@ def env_departures(facts: Facts, base: Inventory) -> list[Departure]:
     """Each rank node's container environment against the runtime's playbook: the variables it pins, and
     any other variable of the families those belong to (NCCL_, UCX_, OMPI_, ...)."""
     runtime = runtime_of(facts.profile)
-    group = snapshot()["runtimes"][runtime.name]["env"]
+    group = snapshot()["runtimes"][str(runtime.playbook)]["env"]
     families = tuple(snapshot()["compare"]["env_families"])
     found = []
     nodes = {node.name: node for node in facts.inventory.nodes}
@@ -186,7 +184,7 @@ def env_departures(facts: Facts, base: Inventory) -> list[Departure]:
         theirs = {key: twin_values(value, facts.inventory, node) for key, value in group["value"].items()}
         found += [replace(d, group=topology_group(facts.inventory, node, d.ours))
                   for d in compared("playbook.env", name, ours, default, theirs, group, "env.",
-                                    "vllm.env" if runtime.name == "vllm" else "container.env")]
+                                    facts.inventory.setting(runtime.name, "env"))]
     both_twins = "give each node both twins of the cabled port in nodes[].links, as the playbook"
     found = [replace(d, fix=both_twins) if NO_SECOND_TWIN in d.theirs else d for d in found]
     return merged_across_nodes(found, len(facts.rank_nodes()), facts.whole)
@@ -226,7 +224,7 @@ def serve_flags(inventory: Inventory, profile: Profile, nodes: list[str]) -> dic
     argv = next(start.argv for start in runtime.starts(inventory, profile, nodes) if start.serves)
     models = {profile.target, recipe.model_link(profile.target)}
     tail = argv[next((i for i, arg in enumerate(argv) if arg in models), len(argv)) + 1:]
-    ignored = snapshot()["compare"]["ignored_flags"].get(profile.runtime, {})
+    ignored = snapshot()["compare"]["ignored_flags"].get(runtime.playbook, {})
     flags: dict[str, str] = {}
     for index, arg in enumerate(tail):
         if arg.startswith("--"):
@@ -241,10 +239,10 @@ def recipe_of(profile: Profile) -> tuple[str, dict[str, Any]] | None:
     profile) the runtime's two-Spark recipe; None for a one-Spark profile no playbook serves."""
     recipes = snapshot()["recipes"]
     for name, candidate in recipes.items():
-        if candidate["runtime"] == profile.runtime and candidate["model"]["value"]["target"] == profile.target:
+        if candidate["runtime"] == runtime_of(profile).playbook and candidate["model"]["value"]["target"] == profile.target:
             return name, candidate
     if profile.is_pair:
-        name = snapshot()["runtimes"][profile.runtime]["pair_recipe"]
+        name = snapshot()["runtimes"][runtime_of(profile).playbook]["pair_recipe"]
         return name, recipes[name]
     return None
 
@@ -252,13 +250,23 @@ def recipe_of(profile: Profile) -> tuple[str, dict[str, Any]] | None:
 def override_path(inventory: Inventory, profile: Profile) -> str:
     """Where the inventory sets the profile's engine settings on its runtime: models.NAME, or
     models.NAME.variants.RUNTIME when the profile runs on a runtime other than its own."""
-    own = profile_sources(inventory.models).get(profile.name, {}).get("runtime", "trtllm")
+    own = profile_sources(inventory.models).get(profile.name, {}).get("runtime", registry.DEFAULT)
     return f"models.{profile.name}" + (f".variants.{profile.runtime}" if profile.runtime != own else "")
+
+
+def engine_config_path(inventory: Inventory, profile: Profile) -> str:
+    """Where the inventory sets the profile's engine configuration: override_path's engine_config, or its former
+    name llm_api when that is what the inventory writes there."""
+    override: object = inventory.models.get(profile.name, {})
+    if override_path(inventory, profile).endswith(f".variants.{profile.runtime}") and isinstance(override, dict):
+        variants = override.get("variants")
+        override = variants.get(profile.runtime, {}) if isinstance(variants, dict) else {}
+    return f"{override_path(inventory, profile)}.{engine_config_key(override)}"
 
 
 def recipe_departures(facts: Facts, base: Inventory, base_profile: Profile | None,
                       followed: dict[str, Any]) -> list[Departure]:
-    """The profile's model, serve flags and (TensorRT-LLM) engine YAML against the recipe's."""
+    """The profile's model, serve flags and engine configuration (TensorRT-LLM's YAML) against the recipe's."""
     profile, nodes = facts.profile, facts.rank_nodes()
     where = override_path(facts.inventory, profile)
     ours_model = {"target": shown(profile.target), "draft": shown(profile.draft)}
@@ -272,11 +280,13 @@ def recipe_departures(facts: Facts, base: Inventory, base_profile: Profile | Non
         ignored = snapshot()["compare"]["ignored_config"]
 
         def yaml_keys(of: Profile) -> dict[str, str]:
-            return {k: v for k, v in flattened(recipe.llm_api_options(of)).items() if k not in ignored}
+            return {k: v for k, v in flattened(runtime_of(of).engine_settings(of)).items() if k not in ignored}
 
         found += compared("playbook.flags", facts.whole, yaml_keys(profile), yaml_keys(base_profile) if base_profile else None,
-                          flattened(followed["config"]["value"]), followed["config"], "config.", f"{where}.llm_api")
-    return [replace(d, fix=SET_ELSEWHERE[d.key].format(value=d.theirs, profile=where)) if d.key in SET_ELSEWHERE
+                          flattened(followed["config"]["value"]), followed["config"], "config.",
+                          engine_config_path(facts.inventory, profile))
+    elsewhere = {**SET_ELSEWHERE, **runtime_of(profile).playbook_fixes}
+    return [replace(d, fix=elsewhere[d.key].format(value=d.theirs, profile=where)) if d.key in elsewhere
             else d for d in found]
 
 
@@ -333,21 +343,29 @@ def check_playbook(facts: Facts) -> Iterable[Finding]:
     """The drift of the inventory and the profile from NVIDIA's playbooks: one row per departure (INFO
     with its reason, or WARN), one OK row per kind of value that departs nowhere."""
     inventory, profile = facts.inventory, facts.profile
+    runtime = runtime_of(profile)
+    key = runtime.playbook
+    if key is None or key not in snapshot()["runtimes"]:
+        for check in ("playbook.image", "playbook.env", "playbook.flags"):
+            yield info(check, facts.whole, f"no NVIDIA playbook of {runtime.title} is recorded in sparkpair's "
+                                           "snapshot (data/playbooks.json): nothing to compare")
+        yield from _addressing(facts)
+        return
     base, base_profile = baseline(inventory, profile)
-    pinned = snapshot()["runtimes"][profile.runtime]
+    pinned = snapshot()["runtimes"][key]
     image = pinned["image"]
     if inventory.container.image == image["value"]:
         yield ok("playbook.image", facts.whole, f"{image['value']}, as {source_of(image)}")
     else:
         yield from judged([Departure("playbook.image", facts.whole, "image", inventory.container.image, image["value"],
                                      source_of(image), inventory.container.image == base.container.image,
-                                     f"set {'vllm.image' if profile.runtime == 'vllm' else 'container.image'}: "
-                                     f"{image['value']}")], facts, profile.runtime)
+                                     f"set {inventory.setting(runtime.name, 'image')}: {image['value']}")],
+                           facts, key)
     if not profile.is_pair:
         yield ok("playbook.env", facts.whole, "the profile runs on one Spark: the playbooks pin the engine container's "
                                          "environment for two Sparks only")
     elif env := env_departures(facts, base):
-        yield from judged(env, facts, profile.runtime)
+        yield from judged(env, facts, key)
     else:
         yield ok("playbook.env", facts.whole, f"{', '.join(pinned['env']['value'])} as {source_of(pinned['env'])}")
     found = recipe_of(profile)
@@ -357,14 +375,19 @@ def check_playbook(facts: Facts) -> Iterable[Finding]:
     else:
         name, followed = found
         engine = recipe_departures(facts, base, base_profile, followed)
-        yield from judged(engine, facts, profile.runtime)
+        yield from judged(engine, facts, key)
         checked = {departure.check for departure in engine}
         if "playbook.model" not in checked:
             yield ok("playbook.model", facts.whole, f"{profile.target}, as {source_of(followed['model'])}")
         if "playbook.flags" not in checked:
             yield ok("playbook.flags", facts.whole, f"the flags and engine settings of {name}, as "
                                                f"{source_of(followed['flags'])}")
-    addressing = addressing_departures(inventory)
+    yield from _addressing(facts)
+
+
+def _addressing(facts: Facts) -> Iterator[Finding]:
+    """The addressing rows: each departure from Connect Two Sparks, or one OK row."""
+    addressing = addressing_departures(facts.inventory)
     yield from judged(addressing, facts, "network")
     if not addressing:
         yield ok("playbook.addressing", facts.whole, f"twins' addresses and MTU as {source_of(snapshot()['addressing']['nodes'])}")

@@ -20,9 +20,8 @@ DIAGNOSE_TAIL = 2000  # lines per rank `logs --diagnose` reads by default
               help="Seconds to wait for the server to become ready.")
 @click.option("--no-wait", is_flag=True, help="Return once the engine is started.")
 @click.option("--stall-after", metavar="SECONDS|STAGE=SECONDS,...",
-              help="Fail early when no rank shows progress for this long (every stage, or per stage: start, "
-                   "launcher, mpi, model, nccl, warmup, executor, serving). Defaults per stage: "
-                   "docs/runbooks.md#launch-stalled.")
+              help="Fail early when no rank shows progress for this long (every stage, or per stage of the "
+                   "runtime's start, e.g. model=900). Stages and their defaults: docs/runbooks.md#launch-stalled.")
 @click.option("--model-source", default="hub", show_default=True, metavar="hub|cached|local:PATH",
               help="hub: download on the head, copy to the worker; cached: use what the caches hold; "
                    "local:PATH: copy from a staged HF cache on the head (air-gapped).")
@@ -56,15 +55,11 @@ def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool
     from sparkpair import report
     from sparkpair.engine import lockflow
     from sparkpair.engine.launch import LaunchOptions, launch, plan_launch
-    from sparkpair.engine.watch import parse_stall_after
+    from sparkpair.engine.watch import limits_of, parse_stall_after
     from sparkpair.lockfile import store
     from sparkpair.report import lock as lock_report
-    from sparkpair.runtimes import rank_nodes
+    from sparkpair.runtimes import rank_nodes, runtime_of
 
-    try:
-        limits = tuple(parse_stall_after(stall_after).items()) if stall_after else ()
-    except ValueError as error:
-        raise click.BadParameter(str(error), param_hint="--stall-after") from None
     if model_source not in ("hub", "cached") and not (model_source.startswith("local:/") and len(model_source) > 7):
         raise click.BadParameter("expected hub, cached or local:/ABSOLUTE/PATH", param_hint="--model-source")
     if split_download and model_source != "hub":
@@ -76,7 +71,12 @@ def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool
                                  "launch without --split-download (the head downloads, copies fan out to every node)",
                                  param_hint="--split-download")
     # An unknown profile, a missing variant, ranks that do not fit the nodes or a bad --node: a usage error
-    rank_nodes(inv, resolved_profile(inv, profile, runtime), node)
+    chosen = resolved_profile(inv, profile, runtime)
+    rank_nodes(inv, chosen, node)
+    try:  # the stages of the start of the runtime that will run
+        limits = tuple(parse_stall_after(stall_after, limits_of(runtime_of(chosen))).items()) if stall_after else ()
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--stall-after") from None
     options = LaunchOptions(profile=known_profile(inv, profile), runtime=runtime, timeout=timeout, wait=not no_wait,
                             model_source=model_source, replace=replace, keep_on_failure=keep_on_failure, node=node,
                             stall_after=limits, check_fabric=check_fabric,

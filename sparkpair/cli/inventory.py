@@ -27,9 +27,13 @@ def inventory_check(app: App) -> None:
     own doctor warnings (e.g. inventory.twin-subnets) go to stderr."""
     from sparkpair import report
     from sparkpair.checks.node import inventory_warnings
-    from sparkpair.runtimes import render_profile
+    from sparkpair.errors import InventoryError
+    from sparkpair.runtimes import options_problems, render_profile, runtime_named
 
     inv = app.inventory
+    wrong = [line for name in inv.engines for line in options_problems(inv, runtime_named(name))]
+    if wrong:  # an engine's options its runtime does not know, whichever profile runs on it
+        raise InventoryError([f"{app.inventory_path}: {line}" for line in wrong])
     profiles = _every_variant(inv)
     misfits = {id(profile): profile.parallelism_problems(len(inv.nodes)) for profile in profiles}
     files = [f for profile in profiles if not misfits[id(profile)]
@@ -58,9 +62,11 @@ def inventory_show(app: App, as_json: bool) -> None:
 
     from sparkpair import report
     from sparkpair.inventory import json_data
+    from sparkpair.runtimes import engine_sections
 
     inv = app.inventory
     data = json_data(inv)
+    data["engines"] = engine_sections(inv)
     data["models"] = json_data(inv.profiles)
     if as_json:
         report.emit_json(data)
@@ -70,11 +76,11 @@ def inventory_show(app: App, as_json: bool) -> None:
 
 @inventory.command("schema")
 def inventory_schema() -> None:
-    """Print the inventory's JSON Schema (for editors)."""
+    """Print the inventory's JSON Schema (for editors), each runtime's options included."""
     from sparkpair import report
-    from sparkpair.inventory import Inventory, record_schema
+    from sparkpair.runtimes import inventory_schema
 
-    report.emit_json(record_schema(Inventory))
+    report.emit_json(inventory_schema())
 
 
 @cli.command("render")

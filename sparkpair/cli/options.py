@@ -34,11 +34,28 @@ def known_profile(inv: Inventory, name: str | None) -> str:
     return name
 
 
-RUNTIME_CHOICES = ("trtllm", "vllm")  # sparkpair.runtimes.RUNTIME_NAMES, without importing it at start-up
+class RuntimeChoice(click.Choice[str]):
+    """One of the registered runtimes (`sparkpair.registry`), read when the choices are shown or a value is
+    parsed: importing the CLI reads nothing else of sparkpair (`--help` stays fast)."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        from sparkpair import registry
+
+        return registry.NAMES
+
+    @choices.setter
+    def choices(self, value: object) -> None:
+        pass  # click.Choice sets them in __init__; they are the registry's
+
+
 runtime_option = click.option(
-    "--runtime", type=click.Choice(RUNTIME_CHOICES), default=None,
-    help="The engine: trtllm (TensorRT-LLM) or vllm. Default: the profile's own runtime (its `runtime` field); "
-         "another runtime uses the profile's variant for it (docs/profiles.md).")
+    "--runtime", type=RuntimeChoice(), default=None,
+    help="The engine (a runtime sparkpair knows, docs/profiles.md). Default: the profile's own runtime (its "
+         "`runtime` field); another runtime uses the profile's variant for it.")
 
 
 def resolved_profile(inv: Inventory, name: str | None, runtime: str | None) -> Profile:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from sparkpair.bench.prompts import PromptSet, load_prompts
 from sparkpair.errors import SparkpairError, UsageError
+from sparkpair.jsonfields import Field, ShapeError
 from sparkpair.transport.httpio import fetch_tcp, shown
-from sparkpair.transport.jsonfields import Field, ShapeError
 
 PROMPTS_CAP = 8 << 20          # bytes of an operator's prompt file
 MAX_PROMPTS = 20000            # prompts in it

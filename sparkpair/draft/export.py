@@ -15,7 +15,7 @@ import json
 from importlib import resources
 from typing import Any
 
-from sparkpair.transport.jsonfields import Field, ShapeError
+from sparkpair.jsonfields import Field, ShapeError
 
 INSTALLER = "draft_install.py"
 RECORD_FILE = "sparkpair-draft.json"   # the training record, inside the exported repo's snapshot

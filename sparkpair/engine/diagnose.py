@@ -12,8 +12,10 @@ comes before the GPU runtime it breaks, SSH before the daemons it could not star
 first line that showed them. A consequence line ("ORTE was unable to reliably start one or more
 daemons") joins the evidence of a cause it explains when one was found. When nothing failed and
 the log stops mid-start, the finding is `startup.stalled` naming the last stage reached
-(`engine.stages`); a log that reached "Uvicorn running" or "Application startup complete" with no
-failure is healthy: no finding.
+(`engine.stages`); a log that reached its engine's serving stage ("Uvicorn running", "Application
+startup complete") with no failure is healthy: no finding. The engine is the one launched, or the one
+whose start the log shows (`stages.runtime_of_text`); a fix that names an engine's own setting comes
+from that runtime (`Runtime.cause_fixes`), from every runtime when the log shows none.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkpair import registry
 from sparkpair.engine import stages
 from sparkpair.engine.signatures import CAUSE_IDS, CAUSES, HINT, SIGNATURES, STALLED, Cause, Signature
+from sparkpair.runtimes import Runtime, every_runtime, runtime_named
 
 RUNBOOK = "docs/runbooks.md"
 MAX_CHARS = 1_000_000   # failure signatures are sought in the last this many characters of lines
@@ -76,11 +80,24 @@ def _claim(line: str) -> tuple[Signature, str] | None:
     return None
 
 
-def classify(text: str) -> list[Diagnosis]:
-    """The likely causes of a failed start in text, most likely first; empty when nothing failed."""
+def fix_of(cause_id: str, runtime: Runtime | None) -> str:
+    """A cause's fix, with the engine's own setting to change in that runtime's words (each runtime's, labelled,
+    when the engine is not known)."""
+    entry = _BY_ID[cause_id]
+    runtimes = [runtime] if runtime is not None else every_runtime()
+    own = [f"{each.title}: {each.cause_fixes[cause_id]}" for each in runtimes if cause_id in each.cause_fixes]
+    return "; ".join([entry.fix, *own])
+
+
+def classify(text: str, runtime: Runtime | None = None) -> list[Diagnosis]:
+    """The likely causes of a failed start in text, most likely first; empty when nothing failed. runtime: the
+    engine that wrote it (None: the one whose start the text shows, if any)."""
     every_line = stages.clean_lines(text)
-    serving = _serving(every_line)
     lines = _last_lines(every_line, MAX_CHARS)
+    if runtime is None:
+        shown = stages.runtime_of_text(lines)
+        runtime = runtime_named(shown) if shown else None
+    serving = _serving(every_line, runtime)
     hits: dict[str, _Hits] = {}
     consequences: list[tuple[Signature, int, str]] = []
     for index, line in enumerate(lines):
@@ -101,16 +118,18 @@ def classify(text: str) -> list[Diagnosis]:
         else:
             _record(hits, signature, index, subject)
     ranked = sorted(hits.items(), key=lambda item: (-item[1].weight, CAUSE_IDS.index(item[0]), item[1].first))
-    found = [_diagnosis(cause_id, hit, lines) for cause_id, hit in ranked]
+    found = [_diagnosis(cause_id, hit, lines, runtime) for cause_id, hit in ranked]
     if not found and not serving:
-        stalled = _stalled(lines)
+        stalled = _stalled(lines, runtime)
         found = [stalled] if stalled else []
     return found
 
 
-def _serving(lines: list[str]) -> bool:
-    """Whether any line shows the server up (read from the end: a serving log ends long after it)."""
-    return any(stages.SERVING.pattern.search(line) for line in reversed(lines))
+def _serving(lines: list[str], runtime: Runtime | None) -> bool:
+    """Whether any line shows the server up (read from the end: a serving log ends long after it), by the serving
+    stage of the runtime's start (the registry's default runtime's when the log shows none)."""
+    serving = stages.of_runtime(runtime.name if runtime is not None else registry.DEFAULT).serving.pattern
+    return any(serving.search(line) for line in reversed(lines))
 
 
 def _last_lines(lines: list[str], budget: int) -> list[str]:
@@ -132,11 +151,11 @@ def _record(hits: dict[str, _Hits], signature: Signature, index: int, subject: s
     hit.context.update(range(max(0, index - signature.lines_before), index))
 
 
-def _diagnosis(cause_id: str, hit: _Hits, lines: list[str]) -> Diagnosis:
+def _diagnosis(cause_id: str, hit: _Hits, lines: list[str], runtime: Runtime | None) -> Diagnosis:
     entry = _BY_ID[cause_id]
     summary = entry.summary + (f" (seen: {hit.subject})" if hit.subject else "")
-    return Diagnosis(cause_id, summary, entry.fix, _evidence(lines, sorted(set(hit.lines) | hit.context)),
-                     runbook(cause_id))
+    return Diagnosis(cause_id, summary, fix_of(cause_id, runtime),
+                     _evidence(lines, sorted(set(hit.lines) | hit.context)), runbook(cause_id))
 
 
 def _evidence(lines: list[str], indexes: list[int]) -> list[str]:
@@ -152,9 +171,9 @@ def _evidence(lines: list[str], indexes: list[int]) -> list[str]:
     return shown
 
 
-def _stalled(lines: list[str]) -> Diagnosis | None:
+def _stalled(lines: list[str], runtime: Runtime | None) -> Diagnosis | None:
     """startup.stalled naming the last stage reached, when the lines show a start that got somewhere."""
-    where = stages.of_text(lines).advance(None, lines)
+    where = stages.of_runtime(runtime.name if runtime is not None else registry.DEFAULT).advance(None, lines)
     if where is None:
         return None
     reached = where.reached
@@ -164,4 +183,4 @@ def _stalled(lines: list[str]) -> Diagnosis | None:
     summary = f"{entry.summary}: the last stage reached is '{reached.stage.name}' ({reached.stage.description})"
     if where.finished:
         summary += f", which finished; it stopped in '{where.current.name}' ({where.current.description})"
-    return Diagnosis(STALLED, summary, entry.fix, evidence, runbook(STALLED))
+    return Diagnosis(STALLED, summary, fix_of(STALLED, runtime), evidence, runbook(STALLED))

@@ -13,14 +13,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 
-from sparkpair import apply, paths, probes, render
+from sparkpair import apply, paths, probes, registry, render
 from sparkpair.checks import Facts, Finding, Status, selected
 from sparkpair.checks.catalog import is_launch_critical
 from sparkpair.engine import containers, diagnose, fabric, lifecycle, modelsync, stages, watch
 from sparkpair.engine.doctor import examine
 from sparkpair.engine.readiness import Readiness, wait_ready
 from sparkpair.engine.state import LaunchState, read_state, write_state
-from sparkpair.errors import Interrupted, SparkpairError, UsageError
+from sparkpair.errors import Interrupted, RenderError, SparkpairError, UsageError
 from sparkpair.inventory import Inventory, hftoken
 from sparkpair.inventory.profiles import Profile
 from sparkpair.probes import models
@@ -49,7 +49,7 @@ class LaunchOptions:
     node: str | None = None
     check_fabric: bool = False          # prove NCCL over RoCE (doctor --deep's NCCL job) before loading the model
     nccl_tests: str | None = None       # all_gather_perf on the nodes, when the image has none
-    stall_after: tuple[tuple[str, float], ...] = ()  # stage -> seconds without progress (watch.DEFAULT_LIMITS)
+    stall_after: tuple[tuple[str, float], ...] = ()  # stage -> seconds without progress (watch.limits_of)
     copy_transport: str = "tcp"         # how models go to the worker: modelcopy.TRANSPORTS
     split_download: bool = False        # both nodes download half each when both reach the hub
 
@@ -94,7 +94,7 @@ class LaunchPlan:
     model_source: str
     serve: str
     preflight: list[Finding] = field(default_factory=list)
-    runtime: str = "trtllm"
+    runtime: str = registry.DEFAULT
 
 
 def resolve(inventory: Inventory, options: LaunchOptions) -> tuple[Inventory, Profile]:
@@ -124,13 +124,27 @@ def examined(pair: Pair, inventory: Inventory, profile: Profile,
     return facts, relevant
 
 
+def config_path(item: render.RenderedFile) -> str:
+    """Where a runtime's config file goes on a node: under ~/.sparkpair/config, in the directories its path names
+    (a model repository); a RenderError for a path that would leave it (absolute, `..`, control characters)."""
+    if any(part in ("", ".", "..") for part in item.path.split("/")) or any(ord(c) < 32 or ord(c) == 127 for c in item.path):
+        raise RenderError(f"a runtime's config file {item.path!r} is not a relative path inside ~/.sparkpair/config")
+    return f"{paths.CONFIG_DIR}/{item.path}"
+
+
+def config_dirs(files: list[render.RenderedFile]) -> list[str]:
+    """The directories under ~/.sparkpair/config that files need (the deepest of each branch; none for flat files)."""
+    needed = {config_path(item).rsplit("/", 1)[0] for item in files} - {paths.CONFIG_DIR}
+    return sorted(directory for directory in needed if not any(other.startswith(directory + "/") for other in needed))
+
+
 def config_changes(pair: Pair, files: dict[str, list[render.RenderedFile]], nodes: list[str]) -> list[apply.Change]:
     """Rendered engine files (node -> its files) that differ from what each node holds in ~/.sparkpair/config."""
     def node_changes(connection: Node) -> list[apply.Change]:
         changes = []
         for item in files[connection.name]:
-            current = connection.read(paths.under_home(f"{paths.CONFIG_DIR}/{item.path}", connection.home))
-            change = apply.write_change(connection.name, f"{paths.CONFIG_DIR}/{item.path}",
+            current = connection.read(paths.under_home(config_path(item), connection.home))
+            change = apply.write_change(connection.name, config_path(item),
                                         current.decode() if current is not None else None, item.content,
                                         mode=item.mode)
             changes += [change] if change else []
@@ -169,6 +183,7 @@ class _Run:
     proof: fabric.FabricProof | None = None
     start: float = field(default_factory=time.monotonic)
     stage: str = "writing the engine configuration"
+    dirs: dict[str, list[str]] = field(default_factory=dict)   # per node: the directories its config files need
 
     def say(self, node: str, text: str) -> None:
         self.progress(Event(node, text))
@@ -194,7 +209,9 @@ def launch(pair: Pair, inventory: Inventory, options: LaunchOptions, progress: P
         if not run.proof.ok:
             return LaunchResult(fabric=run.proof.failures)
         progress(Event("", "fabric: " + next(f.detail for f in run.proof.findings if f.check == "deep.nccl"), "result"))
-    changes = config_changes(pair, fabric.node_files(inventory, profile, run.fabrics), nodes)
+    files = fabric.node_files(inventory, profile, run.fabrics)
+    changes = config_changes(pair, files, nodes)
+    run.dirs = {name: config_dirs(files[name]) for name in nodes}
     try:
         return _apply(run, changes)
     except KeyboardInterrupt:
@@ -204,7 +221,8 @@ def launch(pair: Pair, inventory: Inventory, options: LaunchOptions, progress: P
 def _apply(run: _Run, changes: list[apply.Change]) -> LaunchResult:
     """Everything launch changes, in order; run.stage names the step under way (for Ctrl-C)."""
     pair, inventory, nodes = run.pair, run.inventory, run.nodes
-    pair.each(_private_dirs, names=nodes).raise_failures()
+    pair.each(lambda connection: _private_dirs(connection, run.dirs.get(connection.name, [])),
+              names=nodes).raise_failures()
     if changes:
         outcomes = apply.apply_changes(pair, changes, JOURNAL, progress=run.progress)
         if any(outcome.interrupted for outcome in outcomes.values()):
@@ -253,7 +271,7 @@ def _apply(run: _Run, changes: list[apply.Change]) -> LaunchResult:
 
 
 def _endpoint(run: _Run) -> str:
-    return f"http://{run.inventory.node(run.nodes[0]).host}:{run.inventory.server.port}/v1"
+    return f"http://{run.inventory.node(run.nodes[0]).host}:{run.inventory.server.port}{run.runtime.api.base}"
 
 
 def _holdings(run: _Run) -> str:
@@ -315,7 +333,7 @@ def _wait(head: Node, run: _Run) -> Readiness:
     starts = run.runtime.starts(run.inventory, run.profile, run.nodes)
     readiness = wait_ready(head, run.inventory.server.port, run.profile.target, run.options.timeout,
                            lambda: lifecycle.first_exit(run.pair, run.inventory, starts),
-                           lambda text: run.say(head.name, text), watch=stalled)
+                           lambda text: run.say(head.name, text), run.runtime.watch, watch=stalled, api=run.runtime.api)
     watchdog.finish("ready" if readiness.ready else "stalled" if readiness.stalled else "stopped waiting")
     return readiness
 
@@ -344,15 +362,15 @@ def _explain_failure(run: _Run, detail: str) -> LaunchFailure:
     launcher = run.runtime.launcher_log(len(run.nodes))
     texts["mpirun"] = lifecycle.tail_files(head, run.inventory, [launcher], 400) if launcher else ""
     tails = {name: "\n".join(stages.clean_lines(text)[-20:]) for name, text in texts.items()}  # a redrawn bar: once
-    return LaunchFailure(detail, tails, diagnose.classify("\n".join(texts.values())))
+    return LaunchFailure(detail, tails, diagnose.classify("\n".join(texts.values()), run.runtime))
 
 
-def _private_dirs(connection: Node) -> None:
+def _private_dirs(connection: Node, config_dirs: list[str]) -> None:
     """~/.sparkpair/config and ~/.sparkpair/secrets on a node, both 0700 (the secrets one made so even if it
-    was there), in one round trip."""
-    config, secret = (paths.under_home(directory, connection.home) for directory in (paths.CONFIG_DIR,
-                                                                                      paths.SECRETS_DIR))
-    connection.check(Shell("mkdir -p -m 700 {} {} && chmod 700 {}", config, secret, secret))
+    was there), and the directories under config that the runtime's files need, in one round trip."""
+    dirs = [paths.under_home(directory, connection.home) for directory in (paths.CONFIG_DIR, paths.SECRETS_DIR,
+                                                                            *config_dirs)]
+    connection.check(Shell("mkdir -p -m 700 " + " ".join(["{}"] * len(dirs)) + " && chmod 700 {}", *dirs, dirs[1]))
 
 
 def _place_token(pair: Pair, nodes: list[str]) -> None:

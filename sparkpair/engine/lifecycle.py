@@ -15,18 +15,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkpair import paths
+from sparkpair import paths, registry
 from sparkpair.engine import containers
-from sparkpair.engine.readiness import HEALTH_CAP, listed_models
+from sparkpair.engine.readiness import HEALTH_CAP, served_models
 from sparkpair.engine.state import LaunchState, read_state, write_state
 from sparkpair.errors import SparkpairError, last_line
 from sparkpair.inventory import Inventory
+from sparkpair.jsonfields import ShapeError
 from sparkpair.probes import ProbeFailure, docker, gather, prometheus, ranks
 from sparkpair.render import recipe
 from sparkpair.render.recipe import Start
-from sparkpair.runtimes import RUNTIME_NAMES, Runtime, runtime_named
+from sparkpair.runtimes import Runtime, ServingApi, runtime_named
+from sparkpair.runtimes.openai import OPENAI
 from sparkpair.transport import Node, Pair, Shell, docker_cli
-from sparkpair.transport.jsonfields import Field, ShapeError
 
 LOG = recipe.LOG_DIR
 SERVE_LOG = f"{LOG}/serve.log"
@@ -187,15 +188,15 @@ class Status:
 
 def launched(pair: Pair, inventory: Inventory) -> tuple[LaunchState | None, Inventory, Runtime]:
     """The last launch's state, the inventory as its runtime sees it, and that runtime (the inventory's own
-    runtime, or TensorRT-LLM, when nothing was launched)."""
+    runtime, or the registry's default, when nothing was launched)."""
     state = read_state(pair.head)
-    runtime = runtime_named(state.runtime if state else (inventory.runtime or "trtllm"))
+    runtime = runtime_named(state.runtime if state else (inventory.runtime or registry.DEFAULT))
     return state, inventory.for_runtime(runtime.name), runtime
 
 
 def engine_container_names(inventory: Inventory) -> list[str]:
     """The engine container's name under every runtime (stop removes whichever is there)."""
-    return list(dict.fromkeys(inventory.for_runtime(name).container.name for name in RUNTIME_NAMES))
+    return list(dict.fromkeys(inventory.for_runtime(name).container.name for name in registry.NAMES))
 
 
 def rank_processes(connection: Node, inventory: Inventory, runtime: Runtime,
@@ -217,34 +218,38 @@ def launch_nodes(inventory: Inventory, state: LaunchState | None) -> list[str]:
     return kept or known
 
 
-def generate_one_token(serving: Node, port: int, model: str) -> tuple[bool, str]:
-    """A one-token completion through every rank: (answered, what happened). Answered means a 200 whose body
-    is a completion (`choices[0].text` a string), all within GENERATION_TIMEOUT_S."""
-    body = json.dumps({"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}).encode()
+def generate_one_token(serving: Node, port: int, model: str, api: ServingApi = OPENAI) -> tuple[bool, str]:
+    """A one-token generation through every rank: (answered, what happened). Answered means a 200 whose body
+    is a generation (the OpenAI server's: `choices[0].text` a string), all within GENERATION_TIMEOUT_S."""
+    request = api.token_request(model)
     started = time.monotonic()
-    answer = serving.http(port, "POST", "/v1/completions", body=body, timeout=GENERATION_TIMEOUT_S)
+    answer = serving.http(port, "POST", request.path, body=json.dumps(request.body).encode(),
+                          timeout=GENERATION_TIMEOUT_S)
     took = time.monotonic() - started
     if answer is None:
         return False, f"nothing listens on port {port}"
     if answer.status != 200:
         return False, answer.summary
     try:
-        Field.parse(answer.body, "/v1/completions").get("choices").at(0).get("text").text()
+        api.token_text(answer.body)
     except ShapeError as error:
         return False, f"http 200 but {error}"
     return True, f"ok in {took:.2f} s"
 
 
-def served_model_ids(serving: Node, port: int) -> tuple[list[str], str]:
-    """(the model ids /v1/models lists, "") or ([], why it lists none: its answer failed or was malformed)."""
-    models = serving.http(port, "GET", "/v1/models", timeout=5)
-    if models is None or models.status != 200:
-        return [], f"/v1/models: {models.summary if models else 'nothing listens'}"
+def served_model_ids(serving: Node, port: int, model: str = "", api: ServingApi = OPENAI) -> tuple[list[str], str]:
+    """(the model ids the server shows served, "") or ([], why it shows none: its answer failed or was malformed,
+    or it lists none); model: the one launched, when known (a server that answers for one model at a time)."""
+    listed, problem = served_models(serving, port, model, api)
+    return listed, problem or ("" if listed else f"{api.models(model)} lists no model")
+
+
+def launched_target(inventory: Inventory, state: LaunchState | None) -> str:
+    """The target model of the launched profile ("" when nothing was launched or the inventory lost it)."""
     try:
-        listed = listed_models(models.body)
-    except ShapeError as error:
-        return [], str(error)
-    return listed, "" if listed else "/v1/models lists no model"
+        return inventory.profile(state.profile).target if state else ""
+    except KeyError:
+        return ""
 
 
 def status(pair: Pair, inventory: Inventory) -> Status:
@@ -263,33 +268,33 @@ def status(pair: Pair, inventory: Inventory) -> Status:
     cluster = runtime.cluster_script(inventory)
     if cluster and result.nodes[names[0]]["container"] == "running":
         result.cluster = last_line(_in_engine(serving, inventory, cluster)[1], "")
-    port = inventory.server.port
-    health = serving.http(port, "GET", "/health", timeout=5, cap=HEALTH_CAP)
+    port, api = inventory.server.port, runtime.api
+    health = serving.http(port, "GET", api.health, timeout=5, cap=HEALTH_CAP)
     result.health = "down" if health is None else ("ok" if health.status == 200 else health.summary)
     if health is not None and health.status:
-        listed, result.model_problem = served_model_ids(serving, port)
+        listed, result.model_problem = served_model_ids(serving, port, launched_target(inventory, state), api)
         result.model = ",".join(listed)
     generated = False
     if result.health == "ok" and result.model:
-        generated, result.generation = generate_one_token(serving, port, result.model.split(",")[0])
+        generated, result.generation = generate_one_token(serving, port, result.model.split(",")[0], api)
     names_of = runtime.metrics
-    metrics = serving.http(port, "GET", names_of.path, timeout=5, cap=prometheus.TEXT_CAP) \
+    metrics = serving.http(runtime.metrics_port(inventory), "GET", names_of.path, timeout=5, cap=prometheus.TEXT_CAP) \
         if health is not None and health.status else None
     if metrics is not None and metrics.status == 200:
         counters = prometheus.parse(metrics.body.decode("utf-8", "replace"))
-        result.requests = counters.get(names_of.requests)
-        drafted = counters.get(names_of.drafted)
-        accepted = counters.get(names_of.accepted)
+        result.requests = counters.get(names_of.requests) if names_of.requests else None
+        drafted = counters.get(names_of.drafted) if names_of.drafted else None
+        accepted = counters.get(names_of.accepted) if names_of.accepted else None
         result.acceptance_rate = accepted / drafted if drafted and accepted is not None else None
     result.state = _overall(result, names, generated)
     if result.state != "stopped" and state is not None and state.running:
         result.uptime_s = round(time.time() - float(state.started), 1)
     if result.state in ("degraded", "wedged"):
-        result.reason = _why_not_serving(serving, inventory, result, names)
+        result.reason = _why_not_serving(serving, inventory, result, names, api.health)
     return result
 
 
-def _why_not_serving(head: Node, inventory: Inventory, result: Status, names: list[str]) -> str:
+def _why_not_serving(head: Node, inventory: Inventory, result: Status, names: list[str], health: str) -> str:
     down = [n for n in names if result.nodes[n]["container"] != "running"]
     if down:
         return f"engine container not running on {', '.join(down)} (sparkpair launch restarts it)"
@@ -302,9 +307,9 @@ def _why_not_serving(head: Node, inventory: Inventory, result: Status, names: li
     if result.health != "ok":
         parts += [f"health {result.health}"]
     elif not result.model:
-        parts += [f"/health answers 200 but {result.model_problem or '/v1/models lists no model'}"]
+        parts += [f"{health} answers 200 but {result.model_problem or 'it serves no model'}"]
     elif not result.generation.startswith("ok"):
-        parts += [f"/health answers 200 but a one-token generation got {result.generation}"]
+        parts += [f"{health} answers 200 but a one-token generation got {result.generation}"]
     return "; ".join(parts) + " (sparkpair logs; sparkpair bundle; sparkpair stop, then sparkpair launch)"
 
 

@@ -25,7 +25,7 @@ from sparkpair.inventory import Inventory, hftoken
 from sparkpair.inventory.profiles import Profile
 from sparkpair.probes import docker
 from sparkpair.render import recipe
-from sparkpair.runtimes import trtllm
+from sparkpair.runtimes import fabric_prover, runtime_of
 from sparkpair.transport import Node, Pair, PairResult, Shell, docker_cli
 
 DOCTOR_DIR = paths.DOCTOR_DIR.removeprefix("~/")
@@ -55,9 +55,11 @@ def blocker(facts: Facts) -> str:
     """Why the deep jobs cannot run on this pair (empty: they can)."""
     if not facts.profile.is_pair:
         return f"profile {facts.profile.name} runs one rank; the deep checks need a TP=2 profile"
-    if facts.profile.runtime != "trtllm":
-        return (f"the deep checks run mpirun and nccl-tests in TensorRT-LLM's image; profile {facts.profile.name} "
-                f"runs on {facts.profile.runtime} (sparkpair doctor --deep with --runtime trtllm proves the fabric)")
+    if not runtime_of(facts.profile).fabric_proof:
+        prover = fabric_prover()
+        return (f"the deep checks run mpirun and nccl-tests in {prover.title}'s image; profile {facts.profile.name} "
+                f"runs on {facts.profile.runtime} (sparkpair doctor --deep with --runtime {prover.name} proves the "
+                "fabric)")
     for name in facts.nodes:
         node = facts.nodes[name]
         if name in facts.unreachable:
@@ -168,7 +170,7 @@ def start_short_lived(pair: Pair, facts: Facts, nccl_tests: str | None = None) -
         connection.check(Shell("mkdir -p -m 700 {} {}", f"{connection.home}/{DOCTOR_DIR}", directory))
         for item in files[connection.name]:
             connection.put(item.content, f"{directory}/{item.path}", mode=item.mode)
-        spec = containers.node_spec(doctor, trtllm.RUNTIME, connection, fabrics.get(connection.name))
+        spec = containers.node_spec(doctor, fabric_prover(), connection, fabrics.get(connection.name))
         spec = replace(spec, mounts={**spec.mounts, recipe.CONFIG_DIR: (directory, "ro"), **extra},
                        labels={**spec.labels, "sparkpair.doctor": "deep"})
         containers.ensure(connection, spec, replace_existing=True)

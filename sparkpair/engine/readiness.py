@@ -1,7 +1,9 @@
-"""Is the server ready? Port open, then /health, then /v1/models lists the model, then one real
-completion, polled through the head's SSH connection (no firewall between here and the head matters).
-While it waits, a watch (the launch watchdog, `engine.watch`) is polled every few seconds and can end
-the wait early when the start has stalled; a start that keeps progressing waits until the timeout.
+"""Is the server ready? Port open, then its health path, then its model is served, then one real
+generation (the runtime's `ServingApi` says each request and how to read its answer: the OpenAI server's
+/health, /v1/models and a chat completion), polled through the head's SSH connection (no firewall
+between here and the head matters). While it waits, a watch (the launch watchdog, `engine.watch`) and
+the check whether a start command exited run beside it as often as the runtime says its start is worth
+(`runtimes.Watch`), and can end the wait early; a start that keeps progressing waits until the timeout.
 """
 
 from __future__ import annotations
@@ -13,15 +15,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from sparkpair.jsonfields import ShapeError
+from sparkpair.runtimes import ServingApi, Watch
+from sparkpair.runtimes.openai import OPENAI
 from sparkpair.transport import Node
-from sparkpair.transport.jsonfields import Field, ShapeError
 
-# The watch (a process scan in every rank's container) and the exit check (a docker exec per node) share the
-# CPU with the starting engine; on the simulated pair's two cores, polling them every 2 s and 1 s made a vLLM
-# start 23-32 % slower than the same start by hand (scripts/bench/launch.py --runtime vllm). Stall limits are
-# minutes and the port is polled every 0.2 s, so readiness is seen as soon as before.
-WATCH_EVERY_S = 10.0
-EXIT_EVERY_S = 5.0
 POLL_EVERY_S = 0.2
 HEALTH_CAP = 64 << 10   # bytes of a /health answer read (trtllm-serve answers an empty body)
 T = TypeVar("T")
@@ -39,58 +37,55 @@ class Readiness:
     stalled: bool = False
 
 
-def probe_stage(head: Node, port: int, model: str) -> tuple[str, str]:
+def probe_stage(head: Node, port: int, model: str, api: ServingApi = OPENAI) -> tuple[str, str]:
     """The first stage that does not pass yet ("ready" when all do), with what was seen. A malformed or
     oversized answer, or one too slow, is what was seen at its stage: never an exception."""
-    health = head.http(port, "GET", "/health", timeout=5, cap=HEALTH_CAP)
+    health = head.http(port, "GET", api.health, timeout=5, cap=HEALTH_CAP)
     if health is None:
         return "port", f"nothing listens on port {port} yet"
     if health.status != 200:
-        return "health", f"/health: {health.summary}"
-    models = head.http(port, "GET", "/v1/models", timeout=5)
-    if models is None or models.status != 200:
-        return "models", f"/v1/models: {models.summary if models else 'nothing listens'}"
-    try:
-        listed = listed_models(models.body)
-    except ShapeError as error:
-        return "models", str(error)
+        return "health", f"{api.health}: {health.summary}"
+    listed, problem = served_models(head, port, model, api)
+    if problem:
+        return "models", problem
     if model not in listed:
-        return "models", f"/v1/models lists {listed or 'nothing'}, not {model}"
-    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Reply with one word: ready"}],
-                       "max_tokens": 8, "temperature": 0}).encode()
-    answer = head.http(port, "POST", "/v1/chat/completions", body=body, timeout=60)
+        return "models", f"{api.models(model)} lists {listed or 'nothing'}, not {model}"
+    request = api.ready_request(model)
+    answer = head.http(port, "POST", request.path, body=json.dumps(request.body).encode(), timeout=60)
     if answer is None or answer.status != 200:
-        return "completion", f"a chat completion failed ({answer.summary if answer else 'no answer'})"
+        return "completion", f"{api.generation_words} failed ({answer.summary if answer else 'no answer'})"
     try:
-        text = chat_text(answer.body)
+        text = api.ready_text(answer.body)
     except ShapeError as error:
-        return "completion", f"a chat completion came back malformed: {error}"
+        return "completion", f"{api.generation_words} came back malformed: {error}"
     return ("ready", text.strip()) if text.strip() else ("completion", "the completion came back empty")
 
 
-def listed_models(raw: bytes) -> list[str]:
-    """The model ids in a /v1/models reply (`{"data": [{"id": ...}, ...]}`); ShapeError for anything else."""
-    return [item.get("id").text() for item in Field.parse(raw, "/v1/models").get("data").items()]
-
-
-def chat_text(raw: bytes) -> str:
-    """The text of a chat completion's first choice ("" when its content is null); ShapeError when the
-    answer is not a chat completion."""
-    answer = Field.parse(raw, "/v1/chat/completions")
-    return answer.get("choices").at(0).get("message").get("content").text(default="")
+def served_models(head: Node, port: int, model: str, api: ServingApi = OPENAI) -> tuple[list[str], str]:
+    """(the model ids the server shows served, "") or ([], why it shows none: its answer failed or was
+    malformed)."""
+    path = api.models(model)
+    models = head.http(port, "GET", path, timeout=5)
+    if models is None or models.status != 200:
+        return [], f"{path}: {models.summary if models else 'nothing listens'}"
+    try:
+        return api.served(models.body, model), ""
+    except ShapeError as error:
+        return [], str(error)
 
 
 def wait_ready(head: Node, port: int, model: str, timeout: float,
                exited: Callable[[], int | None], progress: Callable[[str], None],
-               watch: Callable[[], str | None] | None = None) -> Readiness:
+               cadence: Watch, watch: Callable[[], str | None] | None = None,
+               api: ServingApi = OPENAI) -> Readiness:
     """Poll until ready, the engine exits, the watch reports a stall (its words), or timeout; progress gets
     each new stage. The exit check (a docker exec, 0.1-0.4 s) and the watch (both nodes) run beside the
-    0.2 s polls of the port, so neither delays seeing the server ready."""
+    0.2 s polls of the port, as often as cadence says, so neither delays seeing the server ready."""
     start = time.monotonic()
     seen = ""
     pool = ThreadPoolExecutor(2)
-    checks = _Beside(pool, exited, EXIT_EVERY_S)
-    watching = _Beside(pool, watch, WATCH_EVERY_S) if watch is not None else None
+    checks = _Beside(pool, exited, cadence.exit_every_s, cadence.first_s)
+    watching = _Beside(pool, watch, cadence.every_s, cadence.first_s) if watch is not None else None
     try:
         while True:
             code = checks.poll()
@@ -99,7 +94,7 @@ def wait_ready(head: Node, port: int, model: str, timeout: float,
             stall = watching.poll() if watching is not None else None
             if stall:
                 return Readiness(False, seen or "port", stall, time.monotonic() - start, stalled=True)
-            stage, detail = probe_stage(head, port, model)
+            stage, detail = probe_stage(head, port, model, api)
             if stage != seen:
                 seen = stage
                 progress(f"{stage}: {detail}" if stage != "ready" else f"ready (a completion answered: {detail!r})")
@@ -113,13 +108,14 @@ def wait_ready(head: Node, port: int, model: str, timeout: float,
 
 
 class _Beside(Generic[T]):
-    """A slow check run in the pool at most every `every` seconds; poll() gives its latest answer once
-    (None while it runs, or when it found nothing) and starts the next one when it is due."""
+    """A slow check run in the pool at most every `every` seconds, the first `first` seconds from now; poll()
+    gives its latest answer once (None while it runs, or when it found nothing) and starts the next one when
+    it is due."""
 
-    def __init__(self, pool: ThreadPoolExecutor, check: Callable[[], T | None], every: float) -> None:
+    def __init__(self, pool: ThreadPoolExecutor, check: Callable[[], T | None], every: float, first: float = 0.0) -> None:
         self.pool, self.check, self.every = pool, check, every
         self.running: Future[T | None] | None = None
-        self.started = -every
+        self.started = time.monotonic() + first - every
 
     def poll(self) -> T | None:
         answer = None

@@ -1,6 +1,7 @@
 """What each launch failure cause is, its fix, and the lines the tools print for it.
 
-Data only. A cause is an id with a one-line summary and a fix; a signature is a regular expression
+Data only. A cause is an id with a one-line summary and a fix in no engine's words (the runtime adds the
+engine's own setting to change: `Runtime.cause_fixes`); a signature is a regular expression
 for one line that NCCL, Gloo, UCX, Open MPI (ORTE/PRRTE), CUDA, NVML, huggingface_hub, uvicorn,
 docker/runc, TensorRT-LLM, PyTorch or Ray print for that cause, in any program's log, with a weight:
 
@@ -91,8 +92,7 @@ CAUSES: tuple[Cause, ...] = (
           "sparkpair doctor --only links,path (addresses on the twins, pings both ways), then sparkpair "
           "setup-network"),
     Cause("config.invalid", "the engine rejected its configuration (an unknown key or a bad value)",
-          "fix the key under models.PROFILE.llm_api in the inventory (by hand: extra-llm-api-config.yml or "
-          "the option); sparkpair inventory check validates it against TensorRT-LLM's schema"),
+          "fix the setting the engine names in the profile (models.PROFILE in the inventory)"),
     Cause("disk.full", "no space left on the disk that holds the model cache",
           "free space, or point container.hf_cache at a larger volume on every node; sparkpair doctor "
           "--only models.disk"),
@@ -107,15 +107,14 @@ CAUSES: tuple[Cause, ...] = (
     Cause("memory.oom", "a rank ran out of memory (CUDA out of memory, killed by signal 9 or by a memory "
           "monitor)",
           "sudo sh -c 'sync; echo 3 > /proc/sys/vm/drop_caches' on both nodes; sparkpair doctor --only memory; "
-          "lower kv_cache_config.free_gpu_memory_fraction under models.PROFILE.llm_api"),
+          "if it recurs, leave the engine more memory"),
     Cause("engine.ray", "the engine was asked to run on Ray and cannot: the image has no Ray (NVIDIA's vLLM "
           "image ships without it) or the platform refuses Ray",
-          "vllm.multinode: native in the inventory (the default: no Ray); for Ray mode use an image with "
-          "ray[default] installed, as NVIDIA's playbook does (docs/runbooks.md#engine-ray)"),
+          "run the engine without Ray, or in an image with ray[default] installed, as NVIDIA's playbook does "
+          "(docs/runbooks.md#engine-ray)"),
     Cause("memory.kvcache", "the KV cache does not fit: the longest sequence the engine must hold needs more "
           "KV cache memory than is left after the weights",
-          "lower max_model_len (models.PROFILE.variants.vllm.serve_args.max_model_len) or raise "
-          "gpu_memory_utilization; TensorRT-LLM: raise kv_cache_config.free_gpu_memory_fraction"),
+          "give the KV cache more of the memory, or the longest sequence fewer tokens"),
     Cause("memory.shm", "the container's /dev/shm is too small for the engine's shared memory",
           "run the engine container with --shm-size 10.24g or --ipc host (sparkpair does); sparkpair "
           "stop, then sparkpair launch"),

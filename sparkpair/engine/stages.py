@@ -4,9 +4,10 @@ Pure: text in, stage out; no I/O. Each runtime names its stages (`runtimes.Stage
 launcher banner -> MPI world up -> model loading -> NCCL init -> autotune/warm-up -> executor ready ->
 serving; vLLM's start-up -> torch.distributed -> weights -> compile -> KV cache -> API server), each
 recognised by what the engine, NCCL and uvicorn print when they get there; `StartStages` compiles them.
-`engine.diagnose` uses `last_stage` to name where a start stopped (startup.stalled); the launch
-watchdog (`engine.watch`) follows each rank's log with `advance`, which also knows the stage after one
-the log shows finished. The module-level names are TensorRT-LLM's, whose start came first.
+`engine.diagnose` uses `last_stage` to name where a start stopped (startup.stalled) and
+`runtime_of_text` to tell which engine wrote a log it was not told about; the launch watchdog
+(`engine.watch`) follows each rank's log with `StartStages.advance`, which also knows the stage after
+one the log shows finished.
 
 Every stage's pattern is a `linepattern.LinePattern`: linear in the line, with a quick test first.
 """
@@ -17,8 +18,9 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 
+from sparkpair import registry
 from sparkpair.linepattern import LinePattern
-from sparkpair.runtimes import RUNTIME_NAMES, StageSpec, runtime_named
+from sparkpair.runtimes import StageSpec, runtime_named
 
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
@@ -56,7 +58,7 @@ class Position:
     @property
     def current(self) -> Stage:
         """The stage the start is in now: the one reached, or the next one once the log shows it finished."""
-        order = self.order or STAGES
+        order = self.order or (self.reached.stage,)
         position = order.index(self.reached.stage)
         return order[position + 1] if self.finished and position + 1 < len(order) else self.reached.stage
 
@@ -110,34 +112,22 @@ def of_runtime(name: str) -> StartStages:
     return StartStages(runtime_named(name).stages)
 
 
-def of_text(lines: list[str]) -> StartStages:
-    """The stages of whichever runtime wrote the log lines: the one with the most of its own stages shown (the
-    serving stage, which every engine's uvicorn prints alike, does not count); TensorRT-LLM's on a tie.
+def runtime_of_text(lines: list[str]) -> str | None:
+    """The runtime whose start the log lines show most of (its own stages: the serving stage, which every engine's
+    uvicorn prints alike, does not count; the registry's first on a tie); None when they show no runtime's.
     diagnose reads logs without being told the engine."""
-    best, most = of_runtime("trtllm"), 0
-    for name in RUNTIME_NAMES:
-        candidate = of_runtime(name)
-        shown = sum(1 for stage in candidate.stages[:-1] if any(stage.pattern.search(line) for line in lines))
+    best, most = None, 0
+    for name in registry.NAMES:
+        shown = sum(1 for stage in of_runtime(name).stages[:-1] if any(stage.pattern.search(line) for line in lines))
         if shown > most:
-            best, most = candidate, shown
+            best, most = name, shown
     return best
 
 
-TRTLLM = of_runtime("trtllm")
-STAGES: tuple[Stage, ...] = TRTLLM.stages
-STAGE_NAMES: tuple[str, ...] = TRTLLM.names
-SERVING = TRTLLM.serving
-FINISHED: dict[str, re.Pattern[str]] = TRTLLM.finished
-
-
-def advance(position: Position | None, lines: list[str]) -> Position | None:
-    """TensorRT-LLM's StartStages.advance."""
-    return TRTLLM.advance(position, lines)
-
-
-def position(text: str) -> Position | None:
-    """Where the TensorRT-LLM start whose log is text is now (None when the log shows no stage yet)."""
-    return TRTLLM.advance(None, clean_lines(text))
+def of_text(lines: list[str]) -> StartStages:
+    """The stages of whichever runtime wrote the log lines (runtime_of_text), the registry's default runtime's when
+    they show none."""
+    return of_runtime(runtime_of_text(lines) or registry.DEFAULT)
 
 
 def clean_lines(text: str, max_line: int = 4096) -> list[str]:
@@ -147,16 +137,6 @@ def clean_lines(text: str, max_line: int = 4096) -> list[str]:
         shown = raw.rsplit("\r", 1)[-1] if "\r" in raw else raw  # a tqdm bar redrawn with \r: its last state
         lines.append(shown[:max_line])
     return lines
-
-
-def stage_index(name: str) -> int:
-    """The position of a TensorRT-LLM stage name in its start's order (-1 for an unknown name)."""
-    return TRTLLM.index(name)
-
-
-def last_stage_in(lines: list[str]) -> Reached | None:
-    """The furthest TensorRT-LLM stage any of lines shows."""
-    return TRTLLM.last_stage_in(lines)
 
 
 def last_stage(text: str) -> Reached | None:

@@ -10,8 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from sparkpair import paths
-from sparkpair.runtimes import RUNTIME_NAMES
+from sparkpair import paths, registry
 from sparkpair.transport import Node, Shell
 
 
@@ -29,7 +28,7 @@ class LaunchState:
     image_id: str | None = None
     stopped: float | None = None           # set by `sparkpair stop`
     fabric: dict[str, Any] = field(default_factory=dict)   # each node's NCCL settings; --check-fabric's figures
-    runtime: str = "trtllm"                # the engine that runs (sparkpair.runtimes); older states ran TensorRT-LLM
+    runtime: str = registry.DEFAULT        # the engine that runs (sparkpair.registry); older states ran the first
 
     @property
     def running(self) -> bool:
@@ -62,7 +61,7 @@ def _well_typed(state: LaunchState) -> bool:
         (state.endpoint, str), (state.revisions, dict), (state.transport, str),
         (state.image_id, (str, type(None))), (state.stopped, (int, float, type(None))), (state.fabric, dict),
         (state.runtime, str)]
-    if state.runtime not in RUNTIME_NAMES:
+    if state.runtime not in registry.NAMES:
         return False
     return all(isinstance(value, kinds) for value, kinds in checks) and all(isinstance(n, str) for n in state.nodes)
 

@@ -18,21 +18,37 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from sparkpair import probes
+from sparkpair import probes, registry
 from sparkpair.engine import stages
 from sparkpair.linepattern import LinePattern
 from sparkpair.probes import ProbeFailure, ranks
 from sparkpair.probes.models import RepoManifest
 from sparkpair.progress import Event, Progress
-from sparkpair.runtimes import RUNTIME_NAMES, Runtime
+from sparkpair.runtimes import Runtime, runtime_named
 from sparkpair.transport import Node, Pair
 
 STARTING = stages.Stage("start", "the engine is starting the ranks; they have printed nothing yet",
                         LinePattern.compile(r"(?!)"), "start", 180.0, alone=False)
-# Seconds a stage may go without any progress signal (docs/runbooks.md#launch-stalled explains each): each
-# runtime's own (runtimes.StageSpec.limit_s); a stage name two runtimes share has one limit.
-DEFAULT_LIMITS = {STARTING.name: STARTING.limit_s, **{stage.name: stage.limit_s for name in RUNTIME_NAMES
-                                                      for stage in stages.of_runtime(name).stages}}
+
+
+def limits_of(runtime: Runtime) -> dict[str, float]:
+    """Seconds each stage of the runtime's start may go without any progress signal (its StageSpec.limit_s;
+    docs/runbooks.md#launch-stalled explains each), the engine's first output included (STARTING)."""
+    return {STARTING.name: STARTING.limit_s, **{stage.name: stage.limit_s for stage in stages.of_runtime(
+        runtime.name).stages}}
+
+
+def every_stage_limit() -> dict[str, float]:
+    """Every stage name of every runtime with its limit (the first runtime's for a name two share): the stages
+    --stall-after accepts when it is not told the runtime. A start is judged by its own runtime's (limits_of)."""
+    limits: dict[str, float] = {}
+    for name in registry.NAMES:
+        for stage, limit in limits_of(runtime_named(name)).items():
+            limits.setdefault(stage, limit)
+    return limits
+
+
+DEFAULT_LIMITS = every_stage_limit()
 MEMORY_STEP = 1 << 20      # growth that counts as progress
 CPU_STEP = 0.5             # CPU seconds that count as progress
 SHOW_SILENCE_AFTER = 20.0  # a rank's line says how long nothing moved once it is this long
@@ -46,10 +62,12 @@ def line_shape(line: str) -> str:
     return " ".join("#" if any(char.isdigit() for char in word) else word for word in line.split())
 
 
-def parse_stall_after(text: str) -> dict[str, float]:
-    """`--stall-after`: SECONDS for every stage, and/or STAGE=SECONDS for some (`600`, `nccl=60,warmup=3600`).
+def parse_stall_after(text: str, known: dict[str, float] | None = None) -> dict[str, float]:
+    """`--stall-after`: SECONDS for every stage, and/or STAGE=SECONDS for some (`600`, `nccl=60,warmup=3600`), the
+    stages of known (a runtime's `limits_of`; default: every runtime's, DEFAULT_LIMITS).
 
     Raises ValueError naming what is wrong."""
+    known = DEFAULT_LIMITS if known is None else known
     limits: dict[str, float] = {}
     for item in (part.strip() for part in text.split(",")):
         if not item:
@@ -61,9 +79,9 @@ def parse_stall_after(text: str) -> dict[str, float]:
             raise ValueError(f"{value!r} is not a number of seconds") from None
         if not 0 < seconds <= 86400:
             raise ValueError(f"{value} s: a stall limit is between 1 and 86400 seconds")
-        if name and name not in DEFAULT_LIMITS:
-            raise ValueError(f"no stage {name!r}; stages: {', '.join(DEFAULT_LIMITS)}")
-        limits.update({name: seconds} if name else dict.fromkeys(DEFAULT_LIMITS, seconds))
+        if name and name not in known:
+            raise ValueError(f"no stage {name!r}; stages: {', '.join(known)}")
+        limits.update({name: seconds} if name else dict.fromkeys(known, seconds))
     return limits
 
 
@@ -91,7 +109,7 @@ class RankWatch:
     files: tuple[str, ...]           # its output files in its node's engine container
     expected: int                    # bytes it holds once loaded (0: unknown)
     last_progress: float
-    start: stages.StartStages = field(default_factory=lambda: stages.TRTLLM)  # the stages of its runtime's start
+    start: stages.StartStages = field(default_factory=lambda: stages.of_runtime(registry.DEFAULT))  # its runtime's
     offsets: dict[str, int] = field(default_factory=dict)
     partial: dict[str, str] = field(default_factory=dict)
     where: stages.Position | None = None
@@ -250,15 +268,14 @@ class Watchdog:
     """Polls the ranks of one start, reports one live line per node, and says when the start stalled."""
 
     def __init__(self, pair: Pair, container: str, nodes: list[str], model_root: str, rank_files: list[list[str]],
-                 expected: dict[str, int], limits: dict[str, float], progress: Progress,
-                 runtime: Runtime | None = None) -> None:
+                 expected: dict[str, int], limits: dict[str, float], progress: Progress, runtime: Runtime) -> None:
         now = time.monotonic()
         self.pair, self.container, self.nodes, self.model_root = pair, container, nodes, model_root
-        self.limits = {**DEFAULT_LIMITS, **limits}
+        self.limits = {**limits_of(runtime), **limits}
         self.progress = progress
         self.finished = False
-        start = stages.of_runtime(runtime.name) if runtime else stages.TRTLLM
-        self.pattern = runtime.process_pattern if runtime else ranks.ENGINE_PATTERN
+        start = stages.of_runtime(runtime.name)
+        self.pattern = runtime.process_pattern
         self.ranks = [RankWatch(node, index if len(nodes) > 1 else None, tuple(rank_files[index]),
                                 expected.get(node, 0), now, start) for index, node in enumerate(nodes)]
 

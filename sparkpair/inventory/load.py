@@ -16,7 +16,7 @@ import yaml
 from sparkpair.errors import InventoryError
 from sparkpair.inventory import messages
 from sparkpair.inventory.profiles import Profile, profile_sources, resolve
-from sparkpair.inventory.schema import Inventory
+from sparkpair.inventory.schema import Inventory, with_current_engine_sections
 from sparkpair.inventory.validation import Invalid, parse
 
 DEFAULT_PATH = "inventory.yaml"
@@ -74,9 +74,10 @@ def load_yaml_mapping(path: Path, max_bytes: int = 256 * 1024) -> dict[str, Any]
 
 
 def parse_inventory(data: dict[str, Any], source: str = DEFAULT_PATH) -> Inventory:
-    """Validate an already-parsed mapping; problems are reported against source."""
+    """Validate an already-parsed mapping (a former `vllm:` section read as `engines.vllm`); problems are reported
+    against source."""
     try:
-        inventory = parse(Inventory, data)
+        inventory = parse(Inventory, with_current_engine_sections(data))
     except Invalid as error:
         raise InventoryError(messages.describe(error.problems, source)) from None
     problems = messages.node_problems(inventory) + messages.env_problems(inventory) + _profile_problems(inventory)

@@ -5,7 +5,11 @@ docs/profiles.md for the source of every value). The inventory's `models:` secti
 override any field of a built-in profile (deep merge) or add new profiles. A profile runs on its
 `runtime` (TensorRT-LLM unless it says otherwise); its `variants` say how the same model runs on
 another runtime (`sparkpair launch qwen3-235b --runtime vllm`): `resolve` merges the variant over
-the model's own facts and leaves the other runtime's engine settings behind.
+the model's own facts and leaves the other runtime's engine settings behind. A profile's engine settings
+are its `serve_args` (the engine's command-line flags) and its `engine_config` (the engine's own
+configuration mapping, as its runtime defines it); each runtime checks both against its engine's own
+definitions. The former keys `llm_api` (now `engine_config`) and `speculative_config` (now
+`engine_config.speculative_config`) are read in their new place (`current_spelling`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from sparkpair import registry
 from sparkpair.inventory.validation import Anything, Choice, Integer, MappingOf, Number, Optional, Scalar, Text, spec
 
 REPO_ID_EXPECTED = "a Hugging Face repo id, e.g. nvidia/Qwen3-235B-A22B-FP4"
@@ -33,9 +38,24 @@ def check_repo_id(value: str) -> str:
 
 MODEL_ID = Text(REPO_ID_EXPECTED, REPO_ID.pattern, check=check_repo_id)
 OPTION_NAME = Text("an option name (a string)")
-RUNTIME = Choice("trtllm", "vllm")
+class RuntimeName(Choice):
+    """A runtime's name: one of the registry's (`sparkpair.registry.NAMES`, read when a value is checked)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property  # type: ignore[override]
+    def values(self) -> tuple[str, ...]:
+        return registry.NAMES
+
+    @values.setter
+    def values(self, given: tuple[str, ...]) -> None:
+        pass  # Choice sets them in __init__; they are the registry's
+
+
+RUNTIME = RuntimeName()
 # What a variant inherits from its profile: the model and its sizes. Engine settings (serve_args,
-# llm_api, speculative_config) belong to one runtime and come only from the variant.
+# engine_config) belong to one runtime and come only from the variant.
 MODEL_FACTS = ("description", "target", "draft", "decoding_type", "max_draft_len", "tp_size", "pp_size", "kv_heads",
                "target_gib", "draft_gib", "headroom_gib")
 # Tensor parallel sizes: a power of two (every model's attention heads split that way); three Sparks run a
@@ -49,7 +69,7 @@ class Profile:
     `name` is the profile's name in the inventory (set when it is resolved)."""
 
     name: str = spec(Text("the profile's name (set by sparkpair)"), "")
-    runtime: str = spec(RUNTIME, "trtllm")
+    runtime: str = spec(RUNTIME, registry.DEFAULT)
     description: str = spec(Text("a string"), "")
     target: str = spec(MODEL_ID)
     draft: str | None = spec(Optional(MODEL_ID), None)
@@ -59,9 +79,9 @@ class Profile:
     pp_size: int = spec(Integer(1, 16, "a pipeline parallel size"), 1)
     kv_heads: int | None = spec(Optional(Integer(1, 1024, "the model's number of KV heads")), None)  # tp_size divides it
     serve_args: dict[str, bool | int | float | str] = spec(MappingOf(OPTION_NAME, Scalar()), factory=dict)
-    llm_api: dict[str, Any] = spec(MappingOf(OPTION_NAME, Anything()), factory=dict)
-    speculative_config: dict[str, Any] = spec(MappingOf(OPTION_NAME, Anything()), factory=dict)  # vLLM's, beyond
-    # the method, draft and length sparkpair sets from the fields above
+    # The engine's own configuration, as its runtime defines it and checks it (TensorRT-LLM: the
+    # --extra_llm_api_options YAML; vLLM: speculative_config beyond the method, draft and length set above).
+    engine_config: dict[str, Any] = spec(MappingOf(OPTION_NAME, Anything()), factory=dict)
     variants: dict[str, dict[str, Any]] = spec(MappingOf(RUNTIME, MappingOf(OPTION_NAME, Anything())), factory=dict)
     target_gib: float = spec(Number(0), 0.0)
     draft_gib: float = spec(Number(0), 0.0)
@@ -121,7 +141,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         "tp_size": 2,
         "kv_heads": 4,   # Qwen3-235B-A22B's config.json num_key_value_heads: no tp_size 3 (three Sparks: pp_size 3)
         "serve_args": {"backend": "pytorch", "max_num_tokens": 1024},
-        "llm_api": {
+        "engine_config": {
             **_RECIPE_RUNTIME,
             "enable_chunked_prefill": False,
             # Additions to NVIDIA's YAML: /metrics reports draft acceptance only with the first,
@@ -159,7 +179,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         "max_draft_len": 5,
         "tp_size": 1,
         "serve_args": {"backend": "pytorch", "max_batch_size": 1},
-        "llm_api": {
+        "engine_config": {
             **_RECIPE_RUNTIME,
             "enable_iter_perf_stats": True,
             "return_perf_metrics": True,
@@ -192,7 +212,7 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
             "max_batch_size": 1,
             "kv_cache_free_gpu_memory_fraction": 0.9,
         },
-        "llm_api": {
+        "engine_config": {
             "print_iter_log": False,
             "disable_overlap_scheduler": True,
             "enable_iter_perf_stats": True,
@@ -216,18 +236,52 @@ def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]
     return merged
 
 
+# The former keys of a profile's engine settings, and where under engine_config each one now sits.
+FORMER_KEYS: dict[str, tuple[str, ...]] = {"llm_api": (), "speculative_config": ("speculative_config",)}
+
+
+def current_spelling(override: dict[str, Any]) -> dict[str, Any]:
+    """override (a profile as the inventory writes it) with its former keys (FORMER_KEYS) moved under
+    `engine_config`, in its variants too; where engine_config sets the same key, engine_config wins."""
+    moved = {key: value for key, value in override.items() if key not in FORMER_KEYS}
+    config: Any = {}
+    for former, place in FORMER_KEYS.items():
+        if former in override:
+            nested = override[former]
+            for key in reversed(place):
+                nested = {key: nested}
+            config = deep_merge(config, nested) if isinstance(nested, dict) and isinstance(config, dict) else nested
+    if "engine_config" in override:
+        given = override["engine_config"]
+        config = deep_merge(config, given) if isinstance(config, dict) and isinstance(given, dict) else given
+    if config != {} or "engine_config" in override:
+        moved["engine_config"] = config
+    variants = override.get("variants")
+    if isinstance(variants, dict):
+        moved["variants"] = {runtime: current_spelling(variant) if isinstance(variant, dict) else variant
+                             for runtime, variant in variants.items()}
+    return moved
+
+
+def engine_config_key(override: Any) -> str:
+    """The key a profile's (or a variant's) override writes its engine configuration under: `llm_api` when it
+    uses that former name alone, else `engine_config` (doctor's fixes name what the inventory writes)."""
+    former = isinstance(override, dict) and "llm_api" in override and "engine_config" not in override
+    return "llm_api" if former else "engine_config"
+
+
 def profile_sources(overrides: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Built-in profiles with the inventory's overrides merged in, plus new profiles."""
+    """Built-in profiles with the inventory's overrides merged in (in their current spelling), plus new profiles."""
     sources = {name: copy.deepcopy(spec) for name, spec in BUILTIN_PROFILES.items()}
     for name, override in overrides.items():
-        sources[name] = deep_merge(sources.get(name, {}), override)
+        sources[name] = deep_merge(sources.get(name, {}), current_spelling(override))
     return sources
 
 
 def resolve(name: str, source: dict[str, Any], runtime: str | None = None) -> dict[str, Any]:
     """The source of profile name on runtime (None: its own): the profile as written, or its model facts
     with its variant for that runtime merged over them. KeyError when it has no such variant."""
-    own = source.get("runtime", "trtllm")
+    own = source.get("runtime", registry.DEFAULT)
     if runtime is None or runtime == own:
         return {**source, "name": name}
     variant = (source.get("variants") or {}).get(runtime)

@@ -14,7 +14,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from sparkpair.inventory.profiles import Profile, profile_sources, resolve
+from sparkpair import registry
+from sparkpair.inventory.profiles import OPTION_NAME, RUNTIME, Profile, deep_merge, profile_sources, resolve
 from sparkpair.inventory.topology import TOPOLOGIES, Link, links, neighbours
 from sparkpair.inventory.validation import (
     UNPRINTABLE,
@@ -193,15 +194,40 @@ class Container:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Vllm:
-    """The vLLM runtime's engine container and multi-node start (profiles that run on vLLM)."""
+class Engine:
+    """One runtime's own engine container (`engines.<runtime>`): its image and container name (None: the
+    runtime's own, in the registry, or `container.image` and `container.name`), its environment (under
+    `container.env`, which wins), and its options, which the runtime reads and checks itself
+    (`runtimes.engine_options`; docs/profiles.md lists each runtime's)."""
 
-    image: str = spec(IMAGE_REF, "nvcr.io/nvidia/vllm:26.05-py3")
-    name: str = spec(CONTAINER_NAME, "vllm-multinode")
-    multinode: str = spec(Choice("native", "ray"), "native")   # native: --nnodes/--node-rank; ray: NVIDIA's playbook
-    master_port: int = spec(PORT, 29501)
-    ray_port: int = spec(PORT, 6379)
+    image: str | None = spec(Optional(IMAGE_REF), None)
+    name: str | None = spec(Optional(CONTAINER_NAME), None)
     env: dict[str, str] = spec(MappingOf(ENV_NAME, ENV_VALUE), factory=dict)
+    options: dict[str, Any] = spec(MappingOf(OPTION_NAME, Anything()), factory=dict)
+
+
+ENGINE_FIELDS = ("image", "name", "env")  # what a former `<runtime>:` section holds besides its options
+
+
+def with_current_engine_sections(data: dict[str, Any]) -> dict[str, Any]:
+    """data (a whole inventory as read) with each former top-level section named after a runtime (`vllm:`, the
+    only one there was) read as `engines.<runtime>`: its image, name and env as they are, every other key as
+    one of its options; where `engines.<runtime>` is given too, its values win key by key."""
+    former = [name for name in registry.NAMES if isinstance(data.get(name), dict)]
+    engines = data.get("engines", {})
+    if not former or not isinstance(engines, dict):
+        return data
+    current = {key: value for key, value in data.items() if key not in former}
+    sections = dict(engines)
+    for name in former:
+        section = data[name]
+        spelled = {key: value for key, value in section.items() if key in ENGINE_FIELDS}
+        options = {key: value for key, value in section.items() if key not in ENGINE_FIELDS}
+        given = sections.get(name, {})
+        sections[name] = deep_merge({**spelled, **({"options": options} if options else {})}, given) \
+            if isinstance(given, dict) else given
+    current["engines"] = sections
+    return current
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,10 +257,11 @@ class Inventory:
     topology: str = spec(Choice(*TOPOLOGIES), "pair")
     container: Container = spec(Nested(Container), factory=Container)
     server: Server = spec(Nested(Server), factory=Server)
-    vllm: Vllm = spec(Nested(Vllm), factory=Vllm)
+    # Each runtime's own engine container and options (Engine); a runtime not named here runs with its defaults.
+    engines: dict[str, Engine] = spec(MappingOf(RUNTIME, Nested(Engine)), factory=dict)
     # The runtime every command uses when --runtime is not given (profiles without a variant for it keep their
     # own); None: each profile's own.
-    runtime: str | None = spec(Optional(Choice("trtllm", "vllm")), None)
+    runtime: str | None = spec(Optional(RUNTIME), None)
     models: dict[str, dict[str, Any]] = spec(MappingOf(PROFILE_NAME, MappingOf(Text("a string"), Anything())),
                                              factory=dict)
     # The operator's own departures from NVIDIA's playbooks and why: doctor shows them as INFO, not WARN.
@@ -274,12 +301,28 @@ class Inventory:
                 return node
         raise KeyError(f"no node {name!r}; the inventory has {', '.join(n.name for n in self.nodes)}")
 
+    def engine(self, runtime: str) -> Engine:
+        """`engines.<runtime>` with what it leaves out filled in: the image and container name the registry gives
+        the runtime, else `container.image` and `container.name`."""
+        given = self.engines.get(runtime) or Engine()
+        line = registry.registered(runtime)
+        return replace(given, image=given.image or line.image or self.container.image,
+                       name=given.name or line.container or self.container.name)
+
+    def setting(self, runtime: str, field: str) -> str:
+        """Where the inventory sets the runtime's image, name or env: `engines.<runtime>.<field>` for a runtime with
+        a section of its own (given here, or its own defaults in the registry), else `container.<field>`."""
+        line = registry.registered(runtime)
+        own = runtime in self.engines or line.image is not None or line.container is not None
+        return f"engines.{runtime}.{field}" if own else f"container.{field}"
+
     def for_runtime(self, runtime: str) -> Inventory:
         """The inventory as one runtime's engine sees it: profiles resolve on that runtime where they have a
-        variant for it, and `container.image` and `container.name` are that runtime's (vLLM's from the `vllm`
-        section); everything else is shared."""
-        container = replace(self.container, image=self.vllm.image, name=self.vllm.name) if runtime == "vllm" \
-            else self.container
+        variant for it, `container.image` and `container.name` are that runtime's (`engine`) and its own
+        environment is under `container.env`, which wins; everything else is shared."""
+        engine = self.engine(runtime)
+        container = replace(self.container, image=engine.image or self.container.image,
+                            name=engine.name or self.container.name, env={**engine.env, **self.container.env})
         return replace(self, runtime=runtime, container=container)
 
     def peer_of(self, node: Node) -> Node:

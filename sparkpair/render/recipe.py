@@ -149,8 +149,8 @@ def passed_flags(inventory: Inventory, profile: Profile) -> set[str]:
 
 
 def llm_api_options(profile: Profile) -> dict[str, Any]:
-    """The --extra_llm_api_options YAML: the profile's settings plus its speculative config."""
-    options = dict(profile.llm_api)
+    """The --extra_llm_api_options YAML: the profile's engine_config plus its speculative config."""
+    options = dict(profile.engine_config)
     if profile.draft:
         options["speculative_config"] = {
             "decoding_type": profile.decoding_type or "Eagle",

@@ -8,19 +8,27 @@ module is what the engine-independent code asks of it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from sparkpair.errors import RenderError
 from sparkpair.linepattern import followed_by
 from sparkpair.render import RenderedFile, node_config_files, recipe, trtllm_files
 from sparkpair.render.recipe import Start
-from sparkpair.runtimes import Metrics, StageSpec
+from sparkpair.runtimes import Metrics, ServingApi, StageSpec, Watch
+from sparkpair.runtimes.openai import OPENAI
 
 if TYPE_CHECKING:
     from sparkpair.inventory import Inventory, Node
     from sparkpair.inventory.profiles import Profile
 
 SERVE_LOG = f"{recipe.LOG_DIR}/serve.log"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoOptions:
+    """TensorRT-LLM takes no options under engines.trtllm: its MPI transport is `container.mpi_transport`."""
 
 
 class TensorRtLlm:
@@ -33,7 +41,24 @@ class TensorRtLlm:
     process_pattern = r"trtllm-serve|trtllm-llmapi-launch|tensorrt_llm|mpi4py"
     metrics = Metrics("/prometheus/metrics", "trtllm_request_success_total",
                       "trtllm_spec_decode_num_draft_tokens_total", "trtllm_spec_decode_num_accepted_tokens_total",
-                      needs="enable_iter_perf_stats: true in the profile's llm_api")
+                      needs="enable_iter_perf_stats: true in the profile's engine_config (formerly llm_api)",
+                      iterations="/metrics")
+    api: ServingApi = OPENAI
+    watch: Watch = Watch(every_s=10.0, exit_every_s=5.0)
+    options_record: type[Any] = NoOptions
+    render_dir: str = ""   # the first runtime's files sit beside the netplan files, as they always did
+    playbook: str | None = "trtllm"
+    playbook_fixes: Mapping[str, str] = {"flags.tp_size": "set {profile}.tp_size: {value}",
+                      "config.speculative_config.max_draft_len": "set {profile}.max_draft_len: {value}",
+                      "config.speculative_config.decoding_type": "set {profile}.decoding_type: {value}"}
+    cause_fixes: Mapping[str, str] = {
+        "config.invalid": "the key under models.PROFILE.engine_config (formerly llm_api), by hand in "
+                          "extra-llm-api-config.yml or the trtllm-serve option; sparkpair inventory check validates "
+                          "it against TensorRT-LLM's schema",
+        "memory.oom": "lower kv_cache_config.free_gpu_memory_fraction under models.PROFILE.engine_config",
+        "memory.kvcache": "raise kv_cache_config.free_gpu_memory_fraction under models.PROFILE.engine_config",
+    }
+    fabric_proof: bool = True
     # limit_s: executor as long as warm-up: TensorRT-LLM allocates a first KV cache (the executor stage's line)
     # before it autotunes and captures CUDA graphs, so a real log shows the executor stage through them. The
     # weights are loaded when it prints `Model init total -- 49.14s`; without NCCL_DEBUG nothing is printed
@@ -66,10 +91,10 @@ class TensorRtLlm:
     )
 
     def image(self, inventory: Inventory) -> str:
-        return inventory.container.image
+        return inventory.engine(self.name).image or inventory.container.image
 
     def container_name(self, inventory: Inventory) -> str:
-        return inventory.container.name
+        return inventory.engine(self.name).name or inventory.container.name
 
     def container_env(self, inventory: Inventory, node: Node, fabric: recipe.NodeFabric | None) -> dict[str, str]:
         return recipe.container_env(inventory, fabric)
@@ -97,6 +122,17 @@ class TensorRtLlm:
             return [str(error).removeprefix(f"profile {profile.name}: ")]
         return []
 
+    def engine_settings(self, profile: Profile) -> dict[str, Any]:
+        return recipe.llm_api_options(profile)
+
+    def draft_len(self, profile: Profile) -> int | None:
+        """max_draft_len of the YAML's speculative_config."""
+        speculative = recipe.llm_api_options(profile).get("speculative_config")
+        return int(speculative["max_draft_len"]) if isinstance(speculative, dict) else None
+
+    def metrics_port(self, inventory: Inventory) -> int:
+        return inventory.server.port
+
     def rank_log_paths(self, rank: int | None) -> list[str]:
         """mpirun --output-filename's files of rank, on its own node; the serve log for a one-node start."""
         return [SERVE_LOG] if rank is None else [f"{recipe.LOG_DIR}/ranks/1/rank.{rank}/stdout",
@@ -107,6 +143,9 @@ class TensorRtLlm:
 
     def image_needs(self, inventory: Inventory) -> tuple[str, ...]:
         return ()
+
+    def image_needs_fix(self, inventory: Inventory, missing: list[str]) -> tuple[str, str]:
+        return self.name, f"the engine image for {self.name} ({inventory.setting(self.name, 'image')} in the inventory)"
 
     def cluster_script(self, inventory: Inventory) -> str | None:
         return None

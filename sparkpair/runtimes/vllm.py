@@ -2,22 +2,28 @@
 `--headless`) or on a two-node Ray cluster (NVIDIA's vLLM playbook), with an Eagle3 draft through
 `--speculative-config`.
 
-Every flag and every speculative-config key a profile sets is checked against vLLM's own definitions,
-derived from the real package (`sparkpair/data/vllm_serve.json`, scripts/vllm_schema/derive.py names
-the source of each part); a name vLLM does not know is refused at render time, naming it.
+Every flag (serve_args) and every speculative-config key (engine_config.speculative_config) a profile sets
+is checked against vLLM's own definitions, derived from the real package (`sparkpair/data/vllm_serve.json`,
+scripts/vllm_schema/derive.py names the source of each part); a name vLLM does not know is refused at
+render time, naming it. Its inventory options (`engines.vllm.options`, `VllmOptions`): the multi-node mode
+and the ports of torch.distributed's and Ray's rendezvous.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from sparkpair.inventory.schema import PORT
+from sparkpair.inventory.validation import Choice, spec
 from sparkpair.render import RenderedFile, recipe, render_template
 from sparkpair.render.recipe import Start
-from sparkpair.runtimes import Metrics, StageSpec
+from sparkpair.runtimes import Metrics, ServingApi, StageSpec, Watch, engine_options
+from sparkpair.runtimes.openai import OPENAI
 
 if TYPE_CHECKING:
     from sparkpair.inventory import Inventory, Node
@@ -34,6 +40,22 @@ OWN_FLAGS = ("--host", "--port", "--served-model-name", "--tensor-parallel-size"
              "--model", "--hf-token")
 SHM_SIZE = "10.24g"  # NVIDIA's vLLM playbook (run_cluster.sh)
 DECODING_METHODS = {"Eagle3": "eagle3", "Eagle": "eagle", "DraftTarget": "draft_model"}
+ENGINE_CONFIG_KEYS = ("speculative_config",)   # what a profile's engine_config may hold for vLLM
+
+
+@dataclass(frozen=True, kw_only=True)
+class VllmOptions:
+    """engines.vllm.options: how the ranks form one engine, and the rendezvous ports."""
+
+    multinode: str = spec(Choice("native", "ray"), "native")   # native: --nnodes/--node-rank; ray: NVIDIA's playbook
+    master_port: int = spec(PORT, 29501)
+    ray_port: int = spec(PORT, 6379)
+
+
+def options(inventory: Inventory) -> VllmOptions:
+    """The inventory's engines.vllm.options (InventoryError naming a bad one)."""
+    found: VllmOptions = engine_options(inventory, RUNTIME)
+    return found
 
 
 @cache
@@ -72,6 +94,25 @@ class Vllm:
                       "vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_drafts_total",
                       needs="a speculative_config that vLLM accepted: `sparkpair status` shows the draft, "
                             "`sparkpair logs` its 'Loading drafter model' line")
+    api: ServingApi = OPENAI
+    watch: Watch = Watch(every_s=10.0, exit_every_s=5.0)
+    options_record: type[Any] = VllmOptions
+    render_dir: str = "vllm"
+    playbook: str | None = "vllm"
+    playbook_fixes: Mapping[str, str] = {"flags.tensor-parallel-size": "set {profile}.tp_size: {value}",
+                      "flags.distributed-executor-backend": "set engines.vllm.options.multinode: ray (NVIDIA's Ray "
+                                                            "cluster)"}
+    cause_fixes: Mapping[str, str] = {
+        "config.invalid": "the flag under the profile's serve_args, or the key under engine_config.speculative_config; "
+                          "sparkpair inventory check validates both against vLLM's own definitions",
+        "memory.oom": "lower gpu_memory_utilization or max_model_len in the profile's serve_args "
+                      "(models.PROFILE.variants.vllm.serve_args for a profile of another runtime)",
+        "memory.kvcache": "lower max_model_len (models.PROFILE.variants.vllm.serve_args.max_model_len) or raise "
+                          "gpu_memory_utilization",
+        "engine.ray": "engines.vllm.options.multinode: native in the inventory (the default: no Ray); for Ray mode "
+                      "an image with ray[default] installed, as NVIDIA's playbook does",
+    }
+    fabric_proof: bool = False
     # The start as vLLM 0.32 prints it (tests/fixtures/logs/vllm: real logs of the simulated pair's vLLM). The
     # ranks wait on each other while torch.distributed joins them and while KV cache sizes are agreed.
     stages: tuple[StageSpec, ...] = (
@@ -97,10 +138,10 @@ class Vllm:
     )
 
     def image(self, inventory: Inventory) -> str:
-        return inventory.vllm.image
+        return inventory.engine(self.name).image or inventory.container.image
 
     def container_name(self, inventory: Inventory) -> str:
-        return inventory.vllm.name
+        return inventory.engine(self.name).name or inventory.container.name
 
     def container_env(self, inventory: Inventory, node: Node, fabric: recipe.NodeFabric | None) -> dict[str, str]:
         """The playbook's per-node variables: VLLM_HOST_IP is the node's own QSFP address on its twin toward the
@@ -120,9 +161,9 @@ class Vllm:
             "HF_TOKEN_PATH": recipe.HF_TOKEN_FILE,
             "HF_HUB_OFFLINE": "1",
         }
-        if inventory.vllm.multinode == "ray":
+        if options(inventory).multinode == "ray":
             env |= {"RAY_memory_monitor_refresh_ms": "0", "MASTER_ADDR": _head_address(inventory, node)}
-        env.update(inventory.vllm.env)
+        env.update(inventory.engine(self.name).env)
         env.update(inventory.container.env)
         return env
 
@@ -151,7 +192,7 @@ class Vllm:
                 for node in nodes for item in self.config_files(inventory, profile, node, None)]
 
     def starts(self, inventory: Inventory, profile: Profile, nodes: list[str]) -> list[Start]:
-        if len(nodes) > 1 and inventory.vllm.multinode == "ray":
+        if len(nodes) > 1 and options(inventory).multinode == "ray":
             return self._ray_starts(inventory, profile, nodes)
         return [Start(node, self.serve_argv(inventory, profile, rank, len(nodes), node=node), serves=rank == 0)
                 for rank, node in enumerate(nodes)]
@@ -159,7 +200,7 @@ class Vllm:
     def _ray_starts(self, inventory: Inventory, profile: Profile, nodes: list[str]) -> list[Start]:
         """NVIDIA's playbook: a Ray head on the serving node, the other nodes join it, then `vllm serve
         --distributed-executor-backend ray` on the head once Ray counts every node."""
-        port = str(inventory.vllm.ray_port)
+        port = str(options(inventory).ray_port)
         head_ip = _head_address(inventory)
         status = f"ray status --address {head_ip}:{port}"
         starts = [Start(nodes[0], ["ray", "start", "--block", "--head", "--port", port, "--node-ip-address", head_ip],
@@ -187,7 +228,7 @@ class Vllm:
         elif ranks > 1:
             argv += ["--distributed-executor-backend", "mp", "--nnodes", str(ranks), "--node-rank", str(rank),
                      "--master-addr", _head_address(inventory, inventory.node(node) if node else None),
-                     "--master-port", str(inventory.vllm.master_port)]
+                     "--master-port", str(options(inventory).master_port)]
             argv += ["--headless"] if rank > 0 else []
         speculative = self.speculative_config(profile)
         if speculative:
@@ -209,7 +250,18 @@ class Vllm:
             return {}
         return {"method": DECODING_METHODS.get(profile.decoding_type or "Eagle3", "eagle3"),
                 "model": recipe.model_link(profile.draft), "num_speculative_tokens": profile.max_draft_len or 3,
-                **profile.speculative_config}
+                **_own_speculative(profile)}
+
+    def engine_settings(self, profile: Profile) -> dict[str, Any]:
+        speculative = self.speculative_config(profile)
+        return {"speculative_config": speculative} if speculative else {}
+
+    def draft_len(self, profile: Profile) -> int | None:
+        """num_speculative_tokens: the profile's max_draft_len, 3 when it names none."""
+        return (profile.max_draft_len or 3) if profile.draft else None
+
+    def metrics_port(self, inventory: Inventory) -> int:
+        return inventory.server.port
 
     def problems(self, inventory: Inventory, profile: Profile) -> list[str]:
         known = definitions()
@@ -229,13 +281,20 @@ class Vllm:
                 found.append(f"serve_args.{name}: {flag} is a switch; write true")
             elif options[flag]["choices"] and not isinstance(value, bool) and str(value) not in options[flag]["choices"]:
                 found.append(f"serve_args.{name}: {value!r} is not one of {', '.join(options[flag]['choices'])}")
+        for key, value in profile.engine_config.items():
+            if key not in ENGINE_CONFIG_KEYS:
+                found.append(f"engine_config.{key}: vLLM's engine_config holds only {', '.join(ENGINE_CONFIG_KEYS)}; "
+                             f"give `vllm serve` options as serve_args (serve_args.{key})")
+            elif not isinstance(value, dict):
+                found.append(f"engine_config.{key}: a mapping of {version}'s SpeculativeConfig keys")
         keys = set(known["speculative_config"]["keys"])
-        for key in profile.speculative_config:
+        for key in _own_speculative(profile):
             if key not in keys:
-                found.append(f"speculative_config.{key}: {version}'s SpeculativeConfig has no key {key!r}")
+                found.append(f"engine_config.speculative_config.{key}: {version}'s SpeculativeConfig has no key "
+                             f"{key!r}")
             elif key in ("method", "model", "num_speculative_tokens"):
-                found.append(f"speculative_config.{key}: set by sparkpair from the profile's draft, decoding_type "
-                             "and max_draft_len; remove it")
+                found.append(f"engine_config.speculative_config.{key}: set by sparkpair from the profile's draft, "
+                             "decoding_type and max_draft_len; remove it")
         method = self.speculative_config(profile).get("method")
         if method is not None and method not in known["speculative_config"]["methods"]:
             found.append(f"decoding_type: {version} has no speculative method {method!r}")
@@ -249,13 +308,22 @@ class Vllm:
 
     def image_needs(self, inventory: Inventory) -> tuple[str, ...]:
         """vllm, and Ray's CLI in Ray mode (NVIDIA's vLLM image has no Ray: its playbook installs it)."""
-        return ("vllm", "ray") if inventory.vllm.multinode == "ray" else ("vllm",)
+        return ("vllm", "ray") if options(inventory).multinode == "ray" else ("vllm",)
+
+    def image_needs_fix(self, inventory: Inventory, missing: list[str]) -> tuple[str, str]:
+        """Ray missing: an image with it, or native mode; vllm missing: vLLM's image."""
+        mode = f"{self.name}, {options(inventory).multinode} mode"
+        if "ray" in missing:
+            return mode, ("an image with ray[default] installed (NVIDIA's vLLM playbook pip-installs it), or "
+                          "engines.vllm.options.multinode: native in the inventory")
+        return mode, f"the engine image for {self.name} ({inventory.setting(self.name, 'image')} in the inventory)"
 
     def cluster_script(self, inventory: Inventory) -> str | None:
         """In Ray mode: how many nodes `ray status` counts, as `ray: N nodes`."""
-        if inventory.vllm.multinode != "ray":
+        ray = options(inventory)
+        if ray.multinode != "ray":
             return None
-        status = f"ray status --address {_head_address(inventory)}:{inventory.vllm.ray_port}"
+        status = f"ray status --address {_head_address(inventory)}:{ray.ray_port}"
         return f'echo "ray: $({status} 2>/dev/null | grep -c " node_") nodes"'
 
     def stop_script(self) -> str:
@@ -263,6 +331,12 @@ class Vllm:
 
     def kill_script(self) -> str:
         return "pkill -KILL -f '[v]llm serve|VLLM::|[r]ay::|[r]aylet|[g]cs_server'; ray stop --force >/dev/null 2>&1; true"
+
+
+def _own_speculative(profile: Profile) -> dict[str, Any]:
+    """The profile's engine_config.speculative_config (empty when it gives none, or not a mapping)."""
+    own = profile.engine_config.get("speculative_config")
+    return own if isinstance(own, dict) else {}
 
 
 RUNTIME = Vllm()

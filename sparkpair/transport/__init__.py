@@ -6,8 +6,8 @@ scripted nodes), `shell` (commands, quoting), `ssh` (one verified connection per
 quick ACKs), `lines` (output cut into lines), `session` (a node
 program on its own SSH channel), `pair` (both nodes in parallel, `PairResult`), `docker_cli` (Docker
 actions: run, exec, rm through the docker CLI over that same connection), `lock` (one changing run per
-pair), `httpio` (every HTTP request: one deadline, a byte cap on the answer) and `jsonfields` (typed
-reads of a JSON answer: a malformed one is one ShapeError). The only package that imports paramiko or
+pair) and `httpio` (every HTTP request: one deadline, a byte cap on the answer; its answers are read typed
+with the leaf module `sparkpair.jsonfields`). The only package that imports paramiko or
 speaks HTTP, and the only place a value is put into a remote shell (`Shell`). Docker actions run through
 `docker_cli`; Docker facts are probes like any other (`probes.docker` asks the Engine API with curl
 inside the batched probe round). Takes plain connection parameters (`SshTarget`), never the inventory.

@@ -143,7 +143,7 @@ def test_variants_change_only_the_draft(example_inventory_path: Path) -> None:
         ("draft 4", "qwen3-235b.draft4", 4, True), ("no draft", "qwen3-235b.nodraft", None, True)]
     original = inventory.profile("qwen3-235b")
     baseline = configs[-1].inventory.profile("qwen3-235b.nodraft")
-    assert baseline.draft is None and baseline.llm_api == original.llm_api and baseline.target == original.target
+    assert baseline.draft is None and baseline.engine_config == original.engine_config and baseline.target == original.target
     assert configs[2].inventory.profile("qwen3-235b.draft4").max_draft_len == 4
 
 

@@ -11,10 +11,11 @@ import re
 from pathlib import Path
 
 import pytest
+import trtllm_stages as stages  # engine.stages, TensorRT-LLM's start at module level
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparkpair.engine import diagnose, stages
+from sparkpair.engine import diagnose
 from sparkpair.engine.signatures import CAUSE_IDS, CAUSES, SIGNATURES
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "logs"

@@ -18,11 +18,12 @@ import time
 from pathlib import Path
 
 import pytest
+import trtllm_stages as stages  # engine.stages, TensorRT-LLM's start at module level
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sparkpair import linepattern
-from sparkpair.engine import stages, watch
+from sparkpair.engine import watch
 from sparkpair.engine.signatures import SIGNATURES
 from sparkpair.linepattern import LinePattern, fold, required_words
 

@@ -17,7 +17,7 @@ from fakenode import FakeNode, Reply, prefix
 from sparkpair.draft import data, evaluate, export, train
 from sparkpair.errors import UsageError
 from sparkpair.inventory.load import parse_inventory
-from sparkpair.transport.jsonfields import ShapeError
+from sparkpair.jsonfields import ShapeError
 
 
 def _prompts(tmp_path: Path, lines: list[str]) -> Path:

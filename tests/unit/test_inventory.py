@@ -66,7 +66,7 @@ def test_models_section_overrides_a_builtin_profile(example_inventory_path: Path
     inv = parse_inventory(copy.deepcopy(data))
     qwen = inv.profile("qwen3-235b")
     assert qwen.max_draft_len == 4
-    assert qwen.llm_api["kv_cache_config"] == {"free_gpu_memory_fraction": 0.8, "enable_block_reuse": False}
+    assert qwen.engine_config["kv_cache_config"] == {"free_gpu_memory_fraction": 0.8, "enable_block_reuse": False}
     assert inv.profile("tiny").draft is None
 
 

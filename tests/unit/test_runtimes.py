@@ -31,11 +31,11 @@ def test_every_runtime_is_registered_under_its_name():
 def test_profiles_keep_their_runtime_and_a_variant_takes_the_model_facts_but_not_the_engine_settings():
     inv = inventory()
     trt = inv.profile("qwen3-235b")
-    assert trt.runtime == "trtllm" and trt.name == "qwen3-235b" and trt.llm_api
+    assert trt.runtime == "trtllm" and trt.name == "qwen3-235b" and trt.engine_config
     on_vllm = inv.profile("qwen3-235b", "vllm")
     assert on_vllm.runtime == "vllm" and on_vllm.name == "qwen3-235b"
     assert on_vllm.target == "Qwen/Qwen3-235B-A22B-GPTQ-Int4" and on_vllm.tp_size == 2
-    assert on_vllm.llm_api == {} and "backend" not in on_vllm.serve_args  # TensorRT-LLM's stay behind
+    assert on_vllm.engine_config == {} and "backend" not in on_vllm.serve_args  # TensorRT-LLM's stay behind
     single = inv.profile("gpt-oss-120b", "vllm")
     assert single.target == "openai/gpt-oss-120b" and single.draft == "nvidia/gpt-oss-120b-Eagle3"
     assert single.tp_size == 1 and runtime_of(single).name == "vllm"
@@ -100,8 +100,8 @@ def test_the_shipped_profiles_pass_vllms_own_definitions():
     ({"serve_args": {"port": 9000}}, "--port is set by sparkpair"),
     ({"serve_args": {"max_model_len": True}}, "--max-model-len takes a value"),
     ({"serve_args": {"kv_cache_dtype": "float3"}}, "'float3' is not one of"),
-    ({"speculative_config": {"num_lookahead": 2}}, "SpeculativeConfig has no key 'num_lookahead'"),
-    ({"speculative_config": {"model": "x"}}, "speculative_config.model: set by sparkpair"),
+    ({"engine_config": {"speculative_config": {"num_lookahead": 2}}}, "SpeculativeConfig has no key 'num_lookahead'"),
+    ({"engine_config": {"speculative_config": {"model": "x"}}}, "speculative_config.model: set by sparkpair"),
 ])
 def test_a_setting_vllm_does_not_know_is_refused_naming_it(change, named):
     inv = inventory()

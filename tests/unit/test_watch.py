@@ -7,8 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
+import trtllm_stages as stages  # engine.stages, TensorRT-LLM's start at module level
 
-from sparkpair.engine import stages, watch
+from sparkpair.engine import watch
 from sparkpair.probes import ranks
 from sparkpair.probes.models import RepoManifest
 from sparkpair.runtimes import RUNTIME_NAMES
