@@ -5,7 +5,8 @@ the preflight gathered) and written into that node's container.env; the engine c
 node starts with its own values. `prove` runs doctor --deep's NCCL job (all_gather_perf with
 NCCL_DEBUG=INFO, launch's own env, hostfile and transport) before any model is loaded, and judges
 it with the same check as doctor (deep.mpi, deep.nccl). `record` is what the launch state keeps
-of both, for `sparkpair bench`.
+of both, for `sparkpair bench`. `node_files` are the runtime's files launch writes on each rank node
+(its own container.env among them), `config_path` and `config_dirs` where they go.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkpair import probes, render
+from sparkpair import paths, probes, render
 from sparkpair.checks import Facts, Finding, Status, roce
+from sparkpair.errors import RenderError
 from sparkpair.inventory import Inventory
 from sparkpair.inventory.profiles import Profile
 from sparkpair.render.recipe import NodeFabric
@@ -48,6 +50,21 @@ def node_files(inventory: Inventory, profile: Profile,
     runtime = runtime_of(profile)
     return {name: runtime.config_files(inventory, profile, inventory.node(name), fabric)
             for name, fabric in fabrics.items()}
+
+
+def config_path(item: render.RenderedFile) -> str:
+    """Where a runtime's config file goes on a node: under ~/.sparkpair/config, in the directories its path names
+    (a model repository); a RenderError for a path that would leave it (absolute, `..`, control characters)."""
+    if any(part in ("", ".", "..") for part in item.path.split("/")) or any(ord(c) < 32 or ord(c) == 127 for c in item.path):
+        raise RenderError(f"a runtime's config file {item.path!r} is not a relative path inside ~/.sparkpair/config")
+    return f"{paths.CONFIG_DIR}/{item.path}"
+
+
+def config_dirs(files: list[render.RenderedFile]) -> list[str]:
+    """The directories under ~/.sparkpair/config that files need (the deepest of each branch; none for flat files)."""
+    needed = {config_path(item).rsplit("/", 1)[0] for item in files} - {paths.CONFIG_DIR}
+    return sorted(directory for directory in needed if not any(other.startswith(directory + "/") for other in needed))
+
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from sparkpair.engine import containers, diagnose, fabric, lifecycle, modelsync,
 from sparkpair.engine.doctor import examine
 from sparkpair.engine.readiness import Readiness, wait_ready
 from sparkpair.engine.state import LaunchState, read_state, write_state
-from sparkpair.errors import Interrupted, RenderError, SparkpairError, UsageError
+from sparkpair.errors import Interrupted, SparkpairError, UsageError
 from sparkpair.inventory import Inventory, hftoken
 from sparkpair.inventory.profiles import Profile
 from sparkpair.probes import models
@@ -124,27 +124,13 @@ def examined(pair: Pair, inventory: Inventory, profile: Profile,
     return facts, relevant
 
 
-def config_path(item: render.RenderedFile) -> str:
-    """Where a runtime's config file goes on a node: under ~/.sparkpair/config, in the directories its path names
-    (a model repository); a RenderError for a path that would leave it (absolute, `..`, control characters)."""
-    if any(part in ("", ".", "..") for part in item.path.split("/")) or any(ord(c) < 32 or ord(c) == 127 for c in item.path):
-        raise RenderError(f"a runtime's config file {item.path!r} is not a relative path inside ~/.sparkpair/config")
-    return f"{paths.CONFIG_DIR}/{item.path}"
-
-
-def config_dirs(files: list[render.RenderedFile]) -> list[str]:
-    """The directories under ~/.sparkpair/config that files need (the deepest of each branch; none for flat files)."""
-    needed = {config_path(item).rsplit("/", 1)[0] for item in files} - {paths.CONFIG_DIR}
-    return sorted(directory for directory in needed if not any(other.startswith(directory + "/") for other in needed))
-
-
 def config_changes(pair: Pair, files: dict[str, list[render.RenderedFile]], nodes: list[str]) -> list[apply.Change]:
     """Rendered engine files (node -> its files) that differ from what each node holds in ~/.sparkpair/config."""
     def node_changes(connection: Node) -> list[apply.Change]:
         changes = []
         for item in files[connection.name]:
-            current = connection.read(paths.under_home(config_path(item), connection.home))
-            change = apply.write_change(connection.name, config_path(item),
+            current = connection.read(paths.under_home(fabric.config_path(item), connection.home))
+            change = apply.write_change(connection.name, fabric.config_path(item),
                                         current.decode() if current is not None else None, item.content,
                                         mode=item.mode)
             changes += [change] if change else []
@@ -211,7 +197,7 @@ def launch(pair: Pair, inventory: Inventory, options: LaunchOptions, progress: P
         progress(Event("", "fabric: " + next(f.detail for f in run.proof.findings if f.check == "deep.nccl"), "result"))
     files = fabric.node_files(inventory, profile, run.fabrics)
     changes = config_changes(pair, files, nodes)
-    run.dirs = {name: config_dirs(files[name]) for name in nodes}
+    run.dirs = {name: fabric.config_dirs(files[name]) for name in nodes}
     try:
         return _apply(run, changes)
     except KeyboardInterrupt:
@@ -339,12 +325,17 @@ def _wait(head: Node, run: _Run) -> Readiness:
 
 
 def _watchdog(run: _Run) -> watch.Watchdog:
-    """The watchdog for this start: each rank's output files, and what each rank holds once loaded."""
-    cache = run.inventory.container.hf_cache
-    asked = [models.manifest(cache, repo) for repo in run.profile.repos]
-    found = run.pair.each(lambda connection: probes.gather(connection, asked), names=run.nodes)
+    """The watchdog for this start: each rank's output files, and what each rank holds once loaded (from the
+    preflight's manifests where they were complete, else asked now)."""
+    asked = [models.manifest(run.inventory.container.hf_cache, repo) for repo in run.profile.repos]
+    known = run.facts.nodes if run.facts is not None else {}
+    complete = {name: known[name] for name in run.nodes if name in known and all(
+        getattr(known[name].value(probe), "complete", False) for probe in asked)}
+    others = [name for name in run.nodes if name not in complete]
+    found = {**complete, **(run.pair.each(lambda connection: probes.gather(connection, asked), names=others).values
+                            if others else {})}
     expected = {}
-    for name, facts in found.values.items():
+    for name, facts in found.items():
         target = facts.value(asked[0])
         draft = facts.value(asked[1]) if len(asked) > 1 else None
         expected[name] = watch.expected_bytes(target, draft, run.profile.ranks) if target else 0

@@ -176,7 +176,7 @@ class Status:
     health: str = "down"
     generation: str = "not tried"
     model: str = ""
-    model_problem: str = ""   # why /v1/models named no model: its answer failed or was malformed
+    model_problem: str = ""   # why the server names no model (the OpenAI server's /v1/models): failed, malformed
     uptime_s: float | None = None
     requests: float | None = None
     acceptance_rate: float | None = None

@@ -21,7 +21,7 @@ from sparkpair.checks import Facts, Status, run_checks
 from sparkpair.checks.catalog import DRIFT_CHECKS
 from sparkpair.cli import main
 from sparkpair.cli.options import RuntimeChoice
-from sparkpair.engine import diagnose, launch, lifecycle, readiness, stages, watch
+from sparkpair.engine import diagnose, fabric, lifecycle, readiness, stages, watch
 from sparkpair.engine.state import LaunchState
 from sparkpair.errors import InventoryError, RenderError
 from sparkpair.inventory import Inventory, parse_inventory
@@ -71,7 +71,7 @@ def test_its_files_render_under_its_directory_with_a_model_repository(third: Run
     assert main(["-i", str(path), "render", "--runtime", "third", "--out", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "third" / "model_repository" / "org--third-model" / "1" / "model.json").is_file()
     node_files = third.config_files(inv.for_runtime("third"), inv.profile("qwen3-235b", "third"), inv.head, None)
-    assert launch.config_dirs(node_files) == ["~/.sparkpair/config/model_repository/org--third-model/1"]
+    assert fabric.config_dirs(node_files) == ["~/.sparkpair/config/model_repository/org--third-model/1"]
 
 
 def test_its_settings_and_options_are_checked_by_its_own_definitions(third: Runtime) -> None:
