@@ -84,7 +84,7 @@ def wait_ready(head: Node, port: int, model: str, timeout: float,
     start = time.monotonic()
     seen = ""
     pool = ThreadPoolExecutor(2)
-    checks = _Beside(pool, exited, cadence.exit_every_s, cadence.first_s)
+    checks = _Beside(pool, exited, cadence.exit_every_s, cadence.exit_every_s)
     watching = _Beside(pool, watch, cadence.every_s, cadence.first_s) if watch is not None else None
     try:
         while True:

@@ -75,12 +75,15 @@ class StageSpec:
 class Watch:
     """How often a start of the engine is worth asking about while launch waits for it to serve (the port is
     polled every 0.2 s whatever these say): the watchdog's scan of every rank node (processes, output, GPU
-    memory) and the check whether a start command exited (a docker exec per node). Both take CPU from the
-    starting engine; the first of each comes `first_s` after the start."""
+    memory; its live line per node) every `every_s`, the first `first_s` after the start, and the check
+    whether a start command exited (a docker exec per node) every `exit_every_s`, the first one that long
+    after the start. Both take CPU from the starting engine, which has nothing to show at once: its own
+    start-up (interpreters, imports, the launcher) comes first, every stall limit is a minute or more, and a
+    start command that fails at once is seen at the first exit check."""
 
     every_s: float
     exit_every_s: float
-    first_s: float = 0.0
+    first_s: float
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ class TensorRtLlm:
                       needs="enable_iter_perf_stats: true in the profile's engine_config (formerly llm_api)",
                       iterations="/metrics")
     api: ServingApi = OPENAI
-    watch: Watch = Watch(every_s=10.0, exit_every_s=5.0)
+    watch: Watch = Watch(every_s=10.0, exit_every_s=5.0, first_s=5.0)
     options_record: type[Any] = NoOptions
     render_dir: str = ""   # the first runtime's files sit beside the netplan files, as they always did
     playbook: str | None = "trtllm"

@@ -95,7 +95,7 @@ class Vllm:
                       needs="a speculative_config that vLLM accepted: `sparkpair status` shows the draft, "
                             "`sparkpair logs` its 'Loading drafter model' line")
     api: ServingApi = OPENAI
-    watch: Watch = Watch(every_s=10.0, exit_every_s=5.0)
+    watch: Watch = Watch(every_s=10.0, exit_every_s=5.0, first_s=10.0)
     options_record: type[Any] = VllmOptions
     render_dir: str = "vllm"
     playbook: str | None = "vllm"
