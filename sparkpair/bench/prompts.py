@@ -7,12 +7,12 @@ with a "category". Only role and content are sent: servers refuse unknown messag
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from sparkpair import boundedjson
 from sparkpair.errors import UsageError
 
 ROLES = ("system", "user", "assistant")
@@ -53,7 +53,7 @@ def load_prompts(path: Path | None) -> PromptSet:
 def _parse_line(source: str, number: int, raw: str) -> tuple[list[dict[str, str]], str]:
     where = f"{source}:{number}"
     try:
-        entry: Any = json.loads(raw)
+        entry: Any = boundedjson.loads(raw)
     except ValueError as error:
         raise UsageError(f"{where}: not JSON ({error.args[0]}); {EXPECTED}") from None
     if not isinstance(entry, dict):

@@ -15,6 +15,7 @@ import json
 from importlib import resources
 from typing import Any
 
+from sparkpair import boundedjson
 from sparkpair.transport.jsonfields import Field, ShapeError
 
 INSTALLER = "draft_install.py"
@@ -72,7 +73,7 @@ def training_record(*, name: str, profile: str, target: str, target_revision: st
 
 def parse_installed(stdout: str) -> tuple[str, dict[str, Any]]:
     """(commit, files) from the installer's one JSON line; ValueError when it is not that."""
-    data = json.loads(stdout.strip().splitlines()[-1] if stdout.strip() else "")
+    data = boundedjson.loads(stdout.strip().splitlines()[-1] if stdout.strip() else "")
     commit, files = data.get("commit"), data.get("files")
     if not (isinstance(commit, str) and len(commit) == 40 and isinstance(files, dict)):
         raise ValueError("not the installer's answer")
@@ -82,7 +83,7 @@ def parse_installed(stdout: str) -> tuple[str, dict[str, Any]]:
 def parse_training(raw: bytes) -> dict[str, Any]:
     """The training script's training.json, the fields sparkpair keeps (typed; {} when it is not one)."""
     try:
-        data = json.loads(raw)
+        data = boundedjson.loads(raw)
     except ValueError:
         return {}
     if not isinstance(data, dict):

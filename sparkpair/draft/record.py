@@ -14,7 +14,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sparkpair import paths
+from sparkpair import boundedjson, paths
 from sparkpair.transport import Node, Shell
 
 STEPS = ("data", "train", "export", "evaluate")
@@ -79,7 +79,7 @@ class DraftRecord:
         """The record in RAW when it is one for NAME and PROFILE that this version reads; else a new, empty one."""
         fresh = cls(name, profile)
         try:
-            data = json.loads(raw)
+            data = boundedjson.loads(raw)
         except ValueError:
             return fresh
         if not isinstance(data, dict) or data.get("name") != name or data.get("profile") != profile:

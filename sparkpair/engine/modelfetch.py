@@ -16,6 +16,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from sparkpair import boundedjson
 from sparkpair.engine.meter import Meter, size
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory
@@ -83,7 +84,7 @@ def download(node: Node, inventory: Inventory, repo: str, progress: Progress,
         kind, _, rest = line.partition(" ")
         if kind == "progress":
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                now = int(json.loads(rest)["bytes"])
+                now = int(boundedjson.loads(rest)["bytes"])
                 base[:] = base or [now]
                 meter.update(max(0, now - base[0]))
         elif line.strip() and not line.lstrip().startswith(("Fetching", "[dry-run]")):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 from dataclasses import dataclass
 
+from sparkpair import boundedjson
 from sparkpair.probes import Probe, expanded_path
 from sparkpair.transport import Shell
 
@@ -40,7 +40,7 @@ def parse_record(text: str) -> TrainingRecord | None:
     if not text or text == NONE:
         return None
     try:
-        data = json.loads(base64.b64decode(text, validate=True)[:RECORD_CAP])
+        data = boundedjson.loads(base64.b64decode(text, validate=True)[:RECORD_CAP])
     except (ValueError, binascii.Error):
         return None
     if not isinstance(data, dict) or not _text(data.get("base_model")):
