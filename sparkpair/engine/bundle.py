@@ -43,6 +43,9 @@ from sparkpair.render import recipe
 from sparkpair.transport import Node, Pair, Shell
 
 FILE_LIMIT = 8 << 20                 # bytes kept of one file (its end: a log's last part)
+TREE_LIMIT = 32 << 20                # bytes of one directory's files (each at most FILE_LIMIT); the rest is skipped
+ROUND_CAP = 192 << 20                # the most one node's round prints (three trees and the logs, base64-encoded)
+ROUND_TIMEOUT_S = 300.0
 DMESG = r"NVRM|AER|[Oo]ut of memory|oom-kill|oom_reaper|Killed process|Memory cgroup out of memory"
 NEVER = (paths.SECRETS_DIR + " (the HF token)", "~/.ssh (keys)", "private keys, tokens and passwords anywhere")
 
@@ -108,10 +111,14 @@ def _ask(name: str, command: Shell, sectioned: bool = False) -> Probe[object]:
 
 def _tree(prefix: Shell) -> Shell:
     """After prefix (which cds into a directory or exits 0), every file under it as sections (`probes.section`)
-    named by their relative paths (a path holding a newline is not listed: `read` would cut it in two)."""
+    named by their relative paths (a path holding a newline is not listed: `read` would cut it in two), the last
+    FILE_LIMIT bytes of each, until TREE_LIMIT bytes in all (the files after that are named on stderr)."""
     return Shell.compose([prefix, Shell(
-        "find . -type f ! -path '*\n*' | sort | while IFS= read -r f; do "
-        + section('"${f#./}"', 'tail -c {} "$f"') + "; done; true", str(FILE_LIMIT))], "")
+        "t=0; find . -type f ! -path '*\n*' | sort | while IFS= read -r f; do "
+        's=$(stat -c %s "$f" 2>/dev/null || echo 0); [ "$s" -gt {} ] && s={}; t=$((t + s)); '
+        'if [ "$t" -gt {} ]; then printf \'skipped %s: over {} bytes in all\\n\' "$f" >&2; continue; fi; '
+        + section('"${f#./}"', 'tail -c {} "$f"') + "; done; true",
+        str(FILE_LIMIT), str(FILE_LIMIT), str(TREE_LIMIT), str(TREE_LIMIT), str(FILE_LIMIT))], "")
 
 
 def node_probes(inventory: Inventory, node: str, head: bool) -> dict[str, Probe[object]]:
@@ -135,7 +142,7 @@ def node_probes(inventory: Inventory, node: str, head: bool) -> dict[str, Probe[
         "gpu/nvidia-smi-q.txt": Shell("nvidia-smi -q"),
         "kernel/dmesg-nvrm-aer-oom.txt": Shell(
             "if ! out=$( (sudo -n dmesg 2>/dev/null || dmesg) 2>&1 ); then echo \"dmesg not readable: $out\" >&2; exit 3; "
-            "fi; printf '%s\\n' \"$out\" | grep -E {} | tail -n 300; true", DMESG),
+            "fi; printf '%s\\n' \"$out\" | grep -E {} | tail -n 300 | tail -c {}; true", DMESG, str(FILE_LIMIT)),
         "memory/meminfo.txt": Shell("cat /proc/meminfo"),
         "memory/free.txt": Shell("free -b"),
         "network/ip-addr.json": Shell("ip -j addr show"),
@@ -144,7 +151,7 @@ def node_probes(inventory: Inventory, node: str, head: bool) -> dict[str, Probe[
         "network/ibdev2netdev.txt": Shell("ibdev2netdev"),
         "network/rdma-link.txt": Shell("rdma link show"),
         "engine/docker-inspect.json": Shell("docker container inspect {}", name),
-        "engine/docker-logs.txt": Shell("docker logs --tail 2000 {} 2>&1", name),
+        "engine/docker-logs.txt": Shell("docker logs --tail 2000 {} 2>&1 | tail -c {}", name, str(FILE_LIMIT)),
         "engine/docker-ps.txt": Shell("docker ps -a --no-trunc"),
     }
     for interface in inventory.node(node).links:
@@ -169,7 +176,7 @@ def node_probes(inventory: Inventory, node: str, head: bool) -> dict[str, Probe[
 def collect_node(connection: Node, inventory: Inventory, head: bool) -> tuple[list[Collected], list[str]]:
     """Everything the bundle holds from one node (one round trip), and what could not be read, with why."""
     asked = node_probes(inventory, connection.name, head)
-    facts = probes.gather(connection, list(asked.values()), timeout=300)
+    facts = probes.gather(connection, list(asked.values()), timeout=ROUND_TIMEOUT_S, cap=ROUND_CAP)
     files, missing = [], []
     for path, probe in asked.items():
         value = facts.get(probe)

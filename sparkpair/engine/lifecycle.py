@@ -57,11 +57,12 @@ def wait_until(connection: Node, inventory: Inventory, command: Start, timeout_s
     while time.monotonic() < deadline:
         if _in_engine(connection, inventory, command.until)[0] == 0:
             return
-        _, ended = _in_engine(connection, inventory, f"cat {LOG}/{_exit_file(command.log)} 2>/dev/null || true")
+        ended_file = docker_cli.regular_head(f"{LOG}/{_exit_file(command.log)}")
+        _, ended = _in_engine(connection, inventory, f"{ended_file} 2>/dev/null || true")
         if ended.strip():
             break
         time.sleep(1.0)
-    _, tail = _in_engine(connection, inventory, f"tail -n 3 {LOG}/{command.log}.log 2>/dev/null || true")
+    _, tail = _in_engine(connection, inventory, docker_cli.tails([f"{LOG}/{command.log}.log"], 3))
     raise SparkpairError(f"not seen within {timeout_s:.0f} s: {command.until_means} "
                          f"({shlex.join(command.argv[:3])}: {last_line(tail, 'no output')})", node=connection.name,
                          hint="sparkpair logs; sparkpair bundle")
@@ -75,9 +76,9 @@ def first_exit(pair: Pair, inventory: Inventory, starts: list[Start]) -> int | N
         by_node.setdefault(command.node, []).append(_exit_file(command.log))
 
     def read(connection: Node) -> int | None:
-        files = " ".join(f"{LOG}/{name}" for name in by_node[connection.name])
+        files = "; ".join(docker_cli.regular_head(f"{LOG}/{name}") for name in by_node[connection.name])
         try:
-            _, output = _in_engine(connection, inventory, f"cat {files} 2>/dev/null | head -n 1")
+            _, output = _in_engine(connection, inventory, f"{{ {files}; }} 2>/dev/null | head -n 1")
         except docker_cli.ContainerNotRunning:
             return 137
         text = output.strip()
@@ -89,20 +90,22 @@ def first_exit(pair: Pair, inventory: Inventory, starts: list[Start]) -> int | N
 
 
 def _in_engine(connection: Node, inventory: Inventory, script: str) -> tuple[int, str]:
-    """A shell script in the node's engine container: (exit code, output); the container must run."""
+    """A shell script in the node's engine container: (exit code, output), read with exec_in's deadline and byte
+    cap; the container must run."""
     return docker_cli.exec_in(connection, inventory.container.name, ["sh", "-c", script])
 
 
 def exit_code(head: Node, inventory: Inventory) -> int | None:
     """The serve command's exit code once it has ended, else None."""
-    _, output = _in_engine(head, inventory, f"cat {LOG}/exit_code 2>/dev/null || true")
+    _, output = _in_engine(head, inventory, f"{docker_cli.regular_head(f'{LOG}/exit_code')} 2>/dev/null || true")
     return int(output.strip()) if output.strip().lstrip("-").isdigit() else None
 
 
 def engine_running(head: Node, inventory: Inventory) -> bool:
     """Whether the serve command started by sparkpair is still alive in the head container."""
     try:
-        code, _ = _in_engine(head, inventory, f"test ! -e {LOG}/exit_code && kill -0 $(cat {LOG}/serve.pid)")
+        pid = docker_cli.regular_head(f"{LOG}/serve.pid")
+        code, _ = _in_engine(head, inventory, f'test ! -e {LOG}/exit_code && kill -0 "$({pid})"')
     except docker_cli.ContainerNotRunning:
         return False
     return code == 0
@@ -153,8 +156,7 @@ def rank_logs(connection: Node, inventory: Inventory, runtime: Runtime, rank: in
 def tail_files(connection: Node, inventory: Inventory, files: list[str], tail: int) -> str:
     """The last tail lines of files in the node's engine container; "" when the container is gone."""
     try:
-        _, output = _in_engine(connection, inventory,
-                               f"tail -q -n {int(tail)} {' '.join(map(shlex.quote, files))} 2>/dev/null || true")
+        _, output = _in_engine(connection, inventory, docker_cli.tails(files, tail))
     except docker_cli.ContainerNotRunning:
         return ""
     return output

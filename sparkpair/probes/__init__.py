@@ -253,33 +253,39 @@ def judge(probe: Probe[T], code: int, stdout: str, stderr: str) -> T | ProbeFail
         return ProbeFailure(probe.label, code, f"unexpected output ({error})")
 
 
-def gather(connection: Node, probes: Sequence[Probe[Any]], timeout: float | None = 60) -> NodeFacts:
-    """Run probes on one node in one round trip; each probe maps to its fact or a ProbeFailure."""
+ROUND_CAP = 16 << 20  # the most a probe round prints (base64 of every probe's output): doctor's is ~0.2 MiB
+
+
+def gather(connection: Node, probes: Sequence[Probe[Any]], timeout: float = 60, cap: int = ROUND_CAP) -> NodeFacts:
+    """Run probes on one node in one round trip, read within timeout seconds and cap bytes; each probe maps to its
+    fact or a ProbeFailure (every one, when the round outlived either)."""
     unique = list(dict.fromkeys(probes))
     script = batch_script(unique)
     try:
-        result = connection.run(script, timeout=timeout)
+        result = connection.run(script, timeout=timeout, cap=cap)
     except ConnectionLost:
         # The connection was open and ended under the round (seen on the simulated pair: the node's sshd
         # closed a fresh connection while its first channels opened). A fact about the transport: asked
         # once more on a new connection; a node that drops it again is reported unreachable.
-        result = connection.run(script, timeout=timeout)
+        result = connection.run(script, timeout=timeout, cap=cap)
     raw = parse_batch(result.stdout)
-    if not raw and not result.ok and not result.timed_out:
+    if not raw and not result.ok and not result.timed_out and not result.over_cap:
         # Not one probe answered and the round did not time out: its session died before any probe ran
         # (seen on the simulated pair under load: no output, no exit status). A fact about the transport,
         # not the node: asked once more before every probe is reported as failed.
-        result = connection.run(script, timeout=timeout)
+        result = connection.run(script, timeout=timeout, cap=cap)
         raw = parse_batch(result.stdout)
     missing = (result.exit_code or 255, "", round_lost(result, timeout))
     return NodeFacts({probe: judge(probe, *raw.get(index, missing)) for index, probe in enumerate(unique)})
 
 
-def round_lost(result: CommandResult, timeout: float | None) -> str:
-    """Why a probe has no answer of its own: the round did not finish in time, or ended without the
-    probe's record (its last words, else its exit code)."""
-    if result.timed_out and timeout:
+def round_lost(result: CommandResult, timeout: float) -> str:
+    """Why a probe has no answer of its own: the round did not finish in time, printed more than its cap, or
+    ended without the probe's record (its last words, else its exit code)."""
+    if result.timed_out:
         return f"the node's probe round did not finish within {timeout:.0f} s"
+    if result.over_cap:
+        return f"the node's probe round {result.stderr}"
     return result.stderr.strip() or f"the node's probe round ended without this probe's answer (exit {result.exit_code})"
 
 
