@@ -40,6 +40,7 @@ from sparkpair.inventory import Inventory, hftoken
 from sparkpair.probes import Probe, ProbeFailure, expanded_path, parse_sections, printable, section
 from sparkpair.progress import Event, Progress
 from sparkpair.render import recipe
+from sparkpair.safetext import visible
 from sparkpair.transport import Node, Pair, Shell
 
 FILE_LIMIT = 8 << 20                 # bytes kept of one file (its end: a log's last part)
@@ -273,6 +274,6 @@ def _manifest(result: BundleResult, cluster: str) -> str:
              f"Redacted values are replaced by [REDACTED]: {result.redactions} in all.", "", "Files:"]
     for path, size, source, counts in result.files:
         redacted = ", ".join(f"{count} {kind}" for kind, count in sorted(counts.items())) or "nothing"
-        lines.append(f"  {path}  ({size} bytes; from {source}; redacted: {redacted})")
-    lines += ["", "Not collected:"] + [f"  {item}" for item in result.missing or ["nothing"]]
-    return "\n".join(lines) + "\n"
+        lines.append(visible(f"  {path}  ({size} bytes; from {source}; redacted: {redacted})", lines=False))
+    lines += ["", "Not collected:"] + [visible(f"  {item}", lines=False) for item in result.missing or ["nothing"]]
+    return "\n".join(lines) + "\n"  # what a node said is shown inert: `cat MANIFEST.txt` acts on nothing

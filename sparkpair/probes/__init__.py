@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from sparkpair.errors import ConnectionLost, last_line
+from sparkpair.safetext import printable as printable  # a name from a node: no control, separator or bidi mark
 from sparkpair.transport import CommandResult, Node, Pair, Shell
 
 T = TypeVar("T")
@@ -28,7 +29,6 @@ BATCH_HEAD = "\x1esparkpair-batch"  # the batch's first line; what precedes it (
 SECTION_MARK = "\x1c"  # starts the name line of each section of a probe printing several (files); \034 in the shell
 CHANGED = "its output changed while the batch read it (a process it started kept writing); not trusted"
 _COUNT = re.compile(r"[0-9]{1,15}")
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 @dataclass(frozen=True)
@@ -235,12 +235,6 @@ def format_sections(sections: Mapping[str, str]) -> str:
     """What `section` prints for each (name, content): the inverse of `parse_sections` (tests, fixtures)."""
     return "".join(f"{SECTION_MARK}{name}\n{base64.encodebytes(content.encode()).decode()}"
                    for name, content in sections.items())
-
-
-def printable(name: str) -> bool:
-    """True when name (read from a node) holds no control, line-separator or bidi-override character: what a
-    name must be before it names a file, a tar member, or reaches a terminal."""
-    return not _UNPRINTABLE.search(name)
 
 
 def judge(probe: Probe[T], code: int, stdout: str, stderr: str) -> T | ProbeFailure:
