@@ -102,6 +102,7 @@ class FakeNode:
     calls: list[Call] = field(default_factory=list)
     puts: list[tuple[str, bytes, int, bool]] = field(default_factory=list)
     http_replies: dict[tuple[int, str, str], HttpReply | None] = field(default_factory=dict)
+    http_headers: list[tuple[str, dict[str, str]]] = field(default_factory=list)  # each request's path, headers
     host_key: tuple[str, str] = ("ssh-ed25519", "AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl")
     _rules: list[_Rule] = field(default_factory=list)
 
@@ -168,8 +169,9 @@ class FakeNode:
         return content
 
     def http(self, port: int, method: str, path: str, body: bytes | None = None, timeout: float = 10.0,
-             cap: int = ANSWER_CAP) -> HttpReply | None:
+             cap: int = ANSWER_CAP, headers: Mapping[str, str] | None = None) -> HttpReply | None:
         key = (port, method, path)
+        self.http_headers.append((path, dict(headers or {})))
         if key not in self.http_replies:
             raise self._unexpected(f"HTTP {method} 127.0.0.1:{port}{path}")
         return self.http_replies[key]

@@ -35,13 +35,13 @@ from sparkpair.bench.stats import (
     acceptance_from_iterations,
     summarize_level,
 )
-from sparkpair.engine import fabric
+from sparkpair.engine import credentials, fabric
 from sparkpair.engine.launch import LaunchOptions, config_changes, launch
 from sparkpair.engine.state import LaunchState, read_state
 from sparkpair.errors import Interrupted, SparkpairError, UsageError
 from sparkpair.inventory import Inventory, json_data
 from sparkpair.progress import Event, Progress
-from sparkpair.runtimes import Metrics, runtime_of
+from sparkpair.runtimes import Metrics, runtime_named, runtime_of
 from sparkpair.transport import Pair
 
 RELAUNCH_TIMEOUT_S = 1800.0
@@ -90,7 +90,8 @@ def serving(pair: Pair, inventory: Inventory, profile_name: str) -> Serving:
         raise SparkpairError("the server is not serving: nothing was launched, or it was stopped", hint=fix)
     nodes = state.nodes or [inventory.head.name]
     target = inventory.for_runtime(state.runtime).profile(profile_name).target
-    endpoint = Endpoint(inventory.node(nodes[0]).host, inventory.server.port, target)
+    bearer = credentials.launched_headers(inventory, runtime_named(state.runtime), profile_name).get("Authorization", "")
+    endpoint = Endpoint(inventory.node(nodes[0]).host, inventory.server.port, target, bearer)
     if state.profile != profile_name:
         raise SparkpairError(f"the server runs profile {state.profile}, not {profile_name}", hint=fix)
     models = served_models(endpoint)

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sparkpair.bench.stats import Acceptance, RequestTiming
@@ -34,11 +34,17 @@ SPEC_COUNTS = ("numDraftTokens", "numAcceptedTokens", "numRequestsWithDraftToken
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where the server listens and which model it serves."""
+    """Where the server listens, which model it serves, and the bearer credential its /v1 requests carry when the
+    engine has an API key (never shown: not in the repr)."""
 
     host: str
     port: int
     model: str
+    authorization: str = field(default="", repr=False)
+
+    def headers(self, **more: str) -> dict[str, str]:
+        """The request's headers: more, and the Authorization when there is one."""
+        return {**more, **({"Authorization": self.authorization} if self.authorization else {})}
 
     @property
     def url(self) -> str:
@@ -48,7 +54,7 @@ class Endpoint:
 def get_json(endpoint: Endpoint, path: str, timeout: float = 10.0, cap: int = ANSWER_CAP) -> Field:
     """GET path within timeout seconds, its JSON answer (at most cap bytes) as a Field to read typed;
     HttpFailure (no whole 200 answer) or ShapeError (not JSON) when that fails."""
-    reply = fetch_tcp(endpoint.host, endpoint.port, "GET", path, timeout=timeout, cap=cap)
+    reply = fetch_tcp(endpoint.host, endpoint.port, "GET", path, timeout=timeout, cap=cap, headers=endpoint.headers())
     if reply.status != 200:
         raise HttpFailure(f"GET {path}: {reply.summary}")
     return Field.parse(reply.body, f"GET {path}")
@@ -146,7 +152,8 @@ def stream_chat(endpoint: Endpoint, messages: Messages, max_tokens: int, timeout
         with tcp_request(endpoint.host, endpoint.port, "POST", "/v1/chat/completions",
                          timeout=timeout if timeout is not None else stream_deadline_s(max_tokens),
                          body=_request_body(endpoint, messages, max_tokens), cap=cap,
-                         headers={"Content-Type": "application/json", "Accept": "text/event-stream"}) as answer:
+                         headers=endpoint.headers(**{"Content-Type": "application/json",
+                                                     "Accept": "text/event-stream"})) as answer:
             if answer.status != 200:
                 return RequestTiming(False, _error_text(answer.status, answer.body(ERROR_CAP)))
             return _timed_stream(answer, sent)

@@ -193,7 +193,7 @@ def _data(run: _Run, current: str) -> dict[str, Any]:
     total = len(run.split.train)
     text = data.generate(endpoint.host, endpoint.port, endpoint.model, run.split.train, options.max_tokens,
                          lambda done_: run.say("data: the target answers the training prompts", key="draft data",
-                                               done=done_, total=total, unit="prompts"))
+                                               done=done_, total=total, unit="prompts"), endpoint.headers())
     run.head.put(text, path, mode=0o600)
     revision = found.state.revisions.get(endpoint.model, "")
     return run.finish("data", inputs, {"sha256": _sha256_on(run.head, path), "conversations": total,

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkpair import __version__, paths, probes
+from sparkpair.engine import credentials
 from sparkpair.engine.redact import redact
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory, hftoken
@@ -220,14 +221,15 @@ def bundle(pair: Pair, inventory: Inventory, out: Path, inventory_file: Path | N
     if inventory_file is not None and inventory_file.is_file():
         files.append(Collected("inventory.yaml", inventory_file.read_text(encoding="utf-8", errors="replace"),
                                str(inventory_file)))
-    _write(result, files, out, inventory.cluster.name)
+    _write(result, files, out, inventory.cluster.name, credentials.known(inventory))
     return result
 
 
-def _write(result: BundleResult, files: list[Collected], out: Path, cluster: str) -> None:
-    """Redact files into the archive at out, under one top directory; a file whose path is not a plain relative
-    path (`member_path`), or is one already written, is left out and listed as not collected."""
-    token = hftoken.find_token()
+def _write(result: BundleResult, files: list[Collected], out: Path, cluster: str, secrets: list[str] | None = None) -> None:
+    """Redact files into the archive at out, under one top directory (secrets: the engine's, by value; every runtime's
+    secret options by name); a file whose path is not a plain relative path (`member_path`), or is one already
+    written, is left out and listed as not collected."""
+    token, options = hftoken.find_token(), credentials.secret_option_names()
     top = out.name.removesuffix(".tar.gz").removesuffix(".tgz")
     top = top if member_path(top) == top else "sparkpair-bundle"
     entries: dict[str, bytes] = {}
@@ -237,7 +239,7 @@ def _write(result: BundleResult, files: list[Collected], out: Path, cluster: str
             result.missing.append(f"{item.path!r} (from {item.source}): refused: not a plain relative file name, "
                                   "or one already in the bundle")
             continue
-        text, counts = redact(item.text, [token] if token else [])
+        text, counts = redact(item.text, [token, *(secrets or [])] if token else secrets or [], options)
         entries[path] = text.encode("utf-8", "replace")
         result.files.append((path, len(entries[path]), item.source, counts))
     manifest = _manifest(result, cluster).encode()

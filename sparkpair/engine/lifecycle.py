@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkpair import paths
-from sparkpair.engine import containers
+from sparkpair.engine import containers, credentials
 from sparkpair.engine.readiness import HEALTH_CAP, listed_models
 from sparkpair.engine.state import LaunchState, read_state, write_state
 from sparkpair.errors import SparkpairError, last_line
@@ -32,11 +32,11 @@ LOG = recipe.LOG_DIR
 SERVE_LOG = f"{LOG}/serve.log"
 
 
-def serve_wrapper(argv: list[str], log: str = "serve") -> list[str]:
+def serve_wrapper(argv: list[str], log: str = "serve", secret_env: tuple[str, ...] = ()) -> list[str]:
     """sh -c that runs argv with output to LOG/<log>.log, recording its pid (<log>.pid) and finally its exit code
-    (exit_code for the serve command, <log>.exit_code for the others)."""
+    (exit_code for the serve command, <log>.exit_code for the others); secret_env, exported from their files."""
     done = f"{LOG}/{_exit_file(log)}"
-    script = (f"mkdir -p {LOG} && rm -f {done} && echo $$ > {LOG}/{log}.pid && "
+    script = (f"mkdir -p {LOG} && rm -f {done} && echo $$ > {LOG}/{log}.pid && {recipe.secret_exports(secret_env)}"
               f"{shlex.join(argv)} > {LOG}/{log}.log 2>&1; echo $? > {done}")
     return ["sh", "-c", script]
 
@@ -47,7 +47,8 @@ def _exit_file(log: str) -> str:
 
 def start(connection: Node, inventory: Inventory, command: Start) -> None:
     """Start one of the runtime's commands, detached, in the node's engine container."""
-    docker_cli.exec_detached(connection, inventory.container.name, serve_wrapper(command.argv, command.log))
+    docker_cli.exec_detached(connection, inventory.container.name,
+                             serve_wrapper(command.argv, command.log, command.secret_env))
 
 
 def wait_until(connection: Node, inventory: Inventory, command: Start, timeout_s: float = 120.0) -> None:
@@ -219,12 +220,12 @@ def launch_nodes(inventory: Inventory, state: LaunchState | None) -> list[str]:
     return kept or known
 
 
-def generate_one_token(serving: Node, port: int, model: str) -> tuple[bool, str]:
+def generate_one_token(serving: Node, port: int, model: str, headers: dict[str, str] | None = None) -> tuple[bool, str]:
     """A one-token completion through every rank: (answered, what happened). Answered means a 200 whose body
     is a completion (`choices[0].text` a string), all within GENERATION_TIMEOUT_S."""
     body = json.dumps({"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}).encode()
     started = time.monotonic()
-    answer = serving.http(port, "POST", "/v1/completions", body=body, timeout=GENERATION_TIMEOUT_S)
+    answer = serving.http(port, "POST", "/v1/completions", body=body, timeout=GENERATION_TIMEOUT_S, headers=headers)
     took = time.monotonic() - started
     if answer is None:
         return False, f"nothing listens on port {port}"
@@ -237,9 +238,9 @@ def generate_one_token(serving: Node, port: int, model: str) -> tuple[bool, str]
     return True, f"ok in {took:.2f} s"
 
 
-def served_model_ids(serving: Node, port: int) -> tuple[list[str], str]:
+def served_model_ids(serving: Node, port: int, headers: dict[str, str] | None = None) -> tuple[list[str], str]:
     """(the model ids /v1/models lists, "") or ([], why it lists none: its answer failed or was malformed)."""
-    models = serving.http(port, "GET", "/v1/models", timeout=5)
+    models = serving.http(port, "GET", "/v1/models", timeout=5, headers=headers)
     if models is None or models.status != 200:
         return [], f"/v1/models: {models.summary if models else 'nothing listens'}"
     try:
@@ -266,14 +267,15 @@ def status(pair: Pair, inventory: Inventory) -> Status:
     if cluster and result.nodes[names[0]]["container"] == "running":
         result.cluster = last_line(_in_engine(serving, inventory, cluster)[1], "")
     port = inventory.server.port
+    auth = credentials.launched_headers(inventory, runtime, state.profile) if state else {}
     health = serving.http(port, "GET", "/health", timeout=5, cap=HEALTH_CAP)
     result.health = "down" if health is None else ("ok" if health.status == 200 else health.summary)
     if health is not None and health.status:
-        listed, result.model_problem = served_model_ids(serving, port)
+        listed, result.model_problem = served_model_ids(serving, port, auth)
         result.model = ",".join(listed)
     generated = False
     if result.health == "ok" and result.model:
-        generated, result.generation = generate_one_token(serving, port, result.model.split(",")[0])
+        generated, result.generation = generate_one_token(serving, port, result.model.split(",")[0], auth)
     names_of = runtime.metrics
     metrics = serving.http(port, "GET", names_of.path, timeout=5, cap=prometheus.TEXT_CAP) \
         if health is not None and health.status else None

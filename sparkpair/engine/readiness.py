@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -39,15 +39,16 @@ class Readiness:
     stalled: bool = False
 
 
-def probe_stage(head: Node, port: int, model: str) -> tuple[str, str]:
-    """The first stage that does not pass yet ("ready" when all do), with what was seen. A malformed or
-    oversized answer, or one too slow, is what was seen at its stage: never an exception."""
+def probe_stage(head: Node, port: int, model: str, headers: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The first stage that does not pass yet ("ready" when all do), with what was seen (headers: the engine's
+    Authorization, sent with every /v1 request). A malformed or oversized answer, or one too slow, is what was seen
+    at its stage: never an exception."""
     health = head.http(port, "GET", "/health", timeout=5, cap=HEALTH_CAP)
     if health is None:
         return "port", f"nothing listens on port {port} yet"
     if health.status != 200:
         return "health", f"/health: {health.summary}"
-    models = head.http(port, "GET", "/v1/models", timeout=5)
+    models = head.http(port, "GET", "/v1/models", timeout=5, headers=headers)
     if models is None or models.status != 200:
         return "models", f"/v1/models: {models.summary if models else 'nothing listens'}"
     try:
@@ -58,7 +59,7 @@ def probe_stage(head: Node, port: int, model: str) -> tuple[str, str]:
         return "models", f"/v1/models lists {listed or 'nothing'}, not {model}"
     body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Reply with one word: ready"}],
                        "max_tokens": 8, "temperature": 0}).encode()
-    answer = head.http(port, "POST", "/v1/chat/completions", body=body, timeout=60)
+    answer = head.http(port, "POST", "/v1/chat/completions", body=body, timeout=60, headers=headers)
     if answer is None or answer.status != 200:
         return "completion", f"a chat completion failed ({answer.summary if answer else 'no answer'})"
     try:
@@ -82,7 +83,7 @@ def chat_text(raw: bytes) -> str:
 
 def wait_ready(head: Node, port: int, model: str, timeout: float,
                exited: Callable[[], int | None], progress: Callable[[str], None],
-               watch: Callable[[], str | None] | None = None) -> Readiness:
+               watch: Callable[[], str | None] | None = None, headers: Mapping[str, str] | None = None) -> Readiness:
     """Poll until ready, the engine exits, the watch reports a stall (its words), or timeout; progress gets
     each new stage. The exit check (a docker exec, 0.1-0.4 s) and the watch (both nodes) run beside the
     0.2 s polls of the port, so neither delays seeing the server ready."""
@@ -99,7 +100,7 @@ def wait_ready(head: Node, port: int, model: str, timeout: float,
             stall = watching.poll() if watching is not None else None
             if stall:
                 return Readiness(False, seen or "port", stall, time.monotonic() - start, stalled=True)
-            stage, detail = probe_stage(head, port, model)
+            stage, detail = probe_stage(head, port, model, headers)
             if stage != seen:
                 seen = stage
                 progress(f"{stage}: {detail}" if stage != "ready" else f"ready (a completion answered: {detail!r})")

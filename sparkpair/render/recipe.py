@@ -184,6 +184,7 @@ class Start:
     log: str = "serve"   # its output goes to LOG_DIR/<log>.log (the serve command's is serve.log)
     until: str = ""      # sh, in the same container: the launch waits until it succeeds before the next start
     until_means: str = ""  # what `until` succeeding shows, in words (the launch says it)
+    secret_env: tuple[str, ...] = ()  # variables it reads from their 0600 files in SECRETS_DIR (`secret_exports`)
 
 
 @dataclass(frozen=True)
@@ -245,6 +246,14 @@ def docker_run_argv(spec: ContainerSpec) -> list[str]:
 def shell_line(argv: list[str]) -> str:
     """argv as one shell-safe line."""
     return shlex.join(argv)
+
+
+def secret_exports(names: tuple[str, ...]) -> str:
+    """sh putting each variable of names in the environment from its file in SECRETS_DIR (where launch placed the
+    engine's secret, 0600): the value reaches the command that follows, never an argv, `ps` or `docker inspect`."""
+    if not all(name.isidentifier() and name.isupper() for name in names):
+        raise ValueError(f"not environment variable names: {names}")
+    return "".join(f'{name}="$(cat {SECRETS_DIR}/{name})" && export {name} && ' for name in names)
 
 
 def hf_cache_on_node(inventory: Inventory, home: str) -> str:

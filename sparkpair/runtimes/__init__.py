@@ -15,6 +15,7 @@ Pure: no connection (the `pure` contract). May import: only the layers below its
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -66,6 +67,7 @@ class Runtime(Protocol):
     process_pattern: str   # a regex on a process's command line that marks one of the engine's ranks
     metrics: Metrics
     stages: tuple[StageSpec, ...]   # the stages of its start, in order; the last one is "serving"
+    secret_options: Mapping[str, str]  # an option whose value is a secret -> the variable the engine reads it from
 
     def image(self, inventory: Inventory) -> str:
         """The engine image the inventory names for this runtime."""

@@ -8,6 +8,7 @@ module is what the engine-independent code asks of it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from sparkpair.errors import RenderError
@@ -34,6 +35,7 @@ class TensorRtLlm:
     metrics = Metrics("/prometheus/metrics", "trtllm_request_success_total",
                       "trtllm_spec_decode_num_draft_tokens_total", "trtllm_spec_decode_num_accepted_tokens_total",
                       needs="enable_iter_perf_stats: true in the profile's llm_api")
+    secret_options: Mapping[str, str] = {}  # trtllm-serve takes no secret option (the HF token travels as a file)
     # limit_s: executor as long as warm-up: TensorRT-LLM allocates a first KV cache (the executor stage's line)
     # before it autotunes and captures CUDA graphs, so a real log shows the executor stage through them. The
     # weights are loaded when it prints `Model init total -- 49.14s`; without NCCL_DEBUG nothing is printed

@@ -10,6 +10,7 @@ the source of each part); a name vLLM does not know is refused at render time, n
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import cache
 from importlib import resources
@@ -26,12 +27,14 @@ if TYPE_CHECKING:
 DATA = "vllm_serve.json"
 SERVE_LOG = f"{recipe.LOG_DIR}/serve.log"
 RAY_LOG = f"{recipe.LOG_DIR}/ray.log"      # `ray start`'s output in Ray mode (the start's log="ray")
-# Flags sparkpair sets from the inventory and the launch; a profile that sets one is refused (it would
-# contradict the pair's own addresses, ports or ranks).
-OWN_FLAGS = ("--host", "--port", "--served-model-name", "--tensor-parallel-size", "--pipeline-parallel-size",
-             "--distributed-executor-backend",
-             "--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "--speculative-config",
-             "--model", "--hf-token")
+# What vLLM sets the same as a flag sparkpair passes, by another name (a profile setting one is refused, as one
+# setting a flag of `owned_flags`): the positional model's --model, --speculative-config's keys (vllm/engine/
+# arg_utils.py: create_speculative_config), a file of any options (--config), the HF token sparkpair hands over as
+# HF_TOKEN_PATH, and the other factors of the world the split is checked against (vllm/config/parallel.py:
+# world_size = pp x tp x pcp; data parallel runs dp of them: every --data-parallel-* option).
+SAME_BY_OTHER_NAMES = ("--model", "--spec-method", "--spec-model", "--spec-tokens", "--config", "--hf-token",
+                       "--prefill-context-parallel-size")
+WORLD_PREFIXES = ("--data-parallel", "--no-data-parallel")
 SHM_SIZE = "10.24g"  # NVIDIA's vLLM playbook (run_cluster.sh)
 DECODING_METHODS = {"Eagle3": "eagle3", "Eagle": "eagle", "DraftTarget": "draft_model"}
 
@@ -96,6 +99,10 @@ class Vllm:
                   "server start", 300.0),
     )
 
+    # vLLM reads its API key from VLLM_API_KEY when --api-key is not given (vllm/entrypoints/serve/middleware/
+    # register.py): launch places the value as a 0600 file and the serve command exports it from there.
+    secret_options: Mapping[str, str] = {"--api-key": "VLLM_API_KEY"}
+
     def image(self, inventory: Inventory) -> str:
         return inventory.vllm.image
 
@@ -153,8 +160,8 @@ class Vllm:
     def starts(self, inventory: Inventory, profile: Profile, nodes: list[str]) -> list[Start]:
         if len(nodes) > 1 and inventory.vllm.multinode == "ray":
             return self._ray_starts(inventory, profile, nodes)
-        return [Start(node, self.serve_argv(inventory, profile, rank, len(nodes), node=node), serves=rank == 0)
-                for rank, node in enumerate(nodes)]
+        return [Start(node, self.serve_argv(inventory, profile, rank, len(nodes), node=node), serves=rank == 0,
+                      secret_env=self._secret_env(profile)) for rank, node in enumerate(nodes)]
 
     def _ray_starts(self, inventory: Inventory, profile: Profile, nodes: list[str]) -> list[Start]:
         """NVIDIA's playbook: a Ray head on the serving node, the other nodes join it, then `vllm serve
@@ -171,7 +178,11 @@ class Vllm:
         last = f"ray status --address {_head_address(inventory, inventory.node(nodes[-1]))}:{port}"
         joined = f'test "$({last} 2>/dev/null | grep -c " node_")" -ge {len(nodes)}'
         starts[-1] = replace(starts[-1], until=joined, until_means=f"the Ray cluster has {len(nodes)} nodes (ray status)")
-        return starts + [Start(nodes[0], self.serve_argv(inventory, profile, 0, len(nodes), ray=True), serves=True)]
+        return starts + [Start(nodes[0], self.serve_argv(inventory, profile, 0, len(nodes), ray=True), serves=True,
+                               secret_env=self._secret_env(profile))]
+
+    def _secret_env(self, profile: Profile) -> tuple[str, ...]:
+        return tuple(env for option, env in self.secret_options.items() if option in map(flag_of, profile.serve_args))
 
     def serve_argv(self, inventory: Inventory, profile: Profile, rank: int, ranks: int, ray: bool = False,
                    node: str | None = None) -> list[str]:
@@ -194,6 +205,8 @@ class Vllm:
             argv += ["--speculative-config", json.dumps(speculative, separators=(",", ":"))]
         for name, value in profile.serve_args.items():
             flag = flag_of(name)
+            if flag in self.secret_options:
+                continue  # never in argv: the serve command reads it from its file (`starts`: secret_env)
             if value is True:
                 argv.append(flag)
             elif value is False:
@@ -211,14 +224,25 @@ class Vllm:
                 "model": recipe.model_link(profile.draft), "num_speculative_tokens": profile.max_draft_len or 3,
                 **profile.speculative_config}
 
+    def owned_flags(self, inventory: Inventory, profile: Profile) -> set[str]:
+        """The options sparkpair sets: every flag of every serve line it builds for the profile (one rank or several,
+        native or Ray, a pipeline, a draft), and what vLLM sets the same by other names (SAME_BY_OTHER_NAMES, every
+        option of WORLD_PREFIXES)."""
+        bare = replace(profile, serve_args={}, pp_size=2, draft=profile.draft or "org/draft")
+        lines = [self.serve_argv(inventory, bare, rank, 2) for rank in (0, 1)] + [self.serve_argv(inventory, bare, 0, 2,
+                                                                                                  ray=True)]
+        world = [flag for flag in definitions()["serve_options"] if flag.startswith(WORLD_PREFIXES)]
+        return {arg for argv in lines for arg in argv if arg.startswith("--")} | {*SAME_BY_OTHER_NAMES, *world}
+
     def problems(self, inventory: Inventory, profile: Profile) -> list[str]:
         known = definitions()
         options: dict[str, dict[str, Any]] = known["serve_options"]
         version = f"vLLM {known['source']['version']}"
         found = []
+        owned = self.owned_flags(inventory, profile)
         for name, value in profile.serve_args.items():
             flag = flag_of(name)
-            if flag in OWN_FLAGS:
+            if flag in owned:
                 found.append(f"serve_args.{name}: {flag} is set by sparkpair from the inventory; remove it")
             elif flag not in options:
                 found.append(f"serve_args.{name}: {version}'s `vllm serve` has no option {flag}")

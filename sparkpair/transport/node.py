@@ -12,7 +12,7 @@ scripted node both ask it, and the types here admit no None.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from sparkpair.transport import httpio
@@ -74,8 +74,9 @@ class Node(Protocol):
         seconds (RemoteCommandError beyond either)."""
 
     def http(self, port: int, method: str, path: str, body: bytes | None = None, timeout: float = 10.0,
-             cap: int = httpio.ANSWER_CAP) -> httpio.Reply | None:
-        """An HTTP exchange with 127.0.0.1:port on the node; None when nothing listens there."""
+             cap: int = httpio.ANSWER_CAP, headers: Mapping[str, str] | None = None) -> httpio.Reply | None:
+        """An HTTP exchange with 127.0.0.1:port on the node (headers beside Content-Type: an engine's
+        Authorization); None when nothing listens there."""
 
     def trace(self, text: str) -> None:
         """Show a command line at -vv."""

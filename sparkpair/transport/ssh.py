@@ -16,7 +16,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -325,7 +325,7 @@ class NodeConnection:
         return sftpread.read_capped(self._sftp_client(), self.name, path, cap, timeout)
 
     def http(self, port: int, method: str, path: str, body: bytes | None = None, timeout: float = 10.0,
-             cap: int = httpio.ANSWER_CAP) -> httpio.Reply | None:
+             cap: int = httpio.ANSWER_CAP, headers: Mapping[str, str] | None = None) -> httpio.Reply | None:
         """An HTTP request to 127.0.0.1:port on the node, tunnelled through this SSH connection, done within
         timeout seconds in all (the tunnel's opening included) and reading at most cap bytes of the answer.
 
@@ -346,7 +346,7 @@ class NodeConnection:
         except (OSError, EOFError, paramiko.SSHException) as error:
             raise ConnectError(f"SSH tunnel to port {port} failed: {error}", node=self.name) from None
         return httpio.fetch(channel, deadline, method, path, body=body,
-                            headers={"Content-Type": "application/json"}, cap=cap)
+                            headers={"Content-Type": "application/json", **(headers or {})}, cap=cap)
 
     def _sftp_client(self) -> paramiko.SFTPClient:
         """The connection's SFTP session, opened on first use."""
