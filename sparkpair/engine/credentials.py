@@ -81,3 +81,12 @@ def known(inventory: Inventory) -> list[str]:
 def secret_option_names() -> list[str]:
     """Every runtime's secret options (the bundle redacts their values by name, whatever the value)."""
     return sorted({option for name in RUNTIME_NAMES for option in runtime_named(name).secret_options})
+
+
+def masked(data: object, secrets: list[str]) -> object:
+    """data (JSON-like) with every string that is one of secrets replaced by [REDACTED] (`inventory show`)."""
+    if isinstance(data, dict):
+        return {key: masked(value, secrets) for key, value in data.items()}
+    if isinstance(data, list):
+        return [masked(value, secrets) for value in data]
+    return "[REDACTED]" if isinstance(data, str) and data in secrets else data

@@ -115,3 +115,19 @@ def test_what_sparkpair_owns_is_every_flag_of_the_serve_lines_it_builds() -> Non
             built |= {arg for arg in start.argv if arg.startswith("--") and start.argv[:2] == ["vllm", "serve"]}
     assert built <= owned and {"--pipeline-parallel-size", "--speculative-config", "--headless"} <= owned
     assert "--max-model-len" not in owned and "--api-key" not in owned
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_inventory_show_masks_the_key(tmp_path: Path, example_inventory_path: Path, as_json: bool,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from sparkpair.cli import main
+
+    data = yaml.safe_load(example_inventory_path.read_text())
+    data["models"] = {"qwen3-235b": {"variants": {"vllm": {"serve_args": {"api_key": CANARY}}}}}
+    path = tmp_path / "inventory.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert main(["-i", str(path), "inventory", "show", *(["--json"] if as_json else [])]) == 0
+    out = capsys.readouterr().out
+    assert CANARY not in out and "[REDACTED]" in out
