@@ -247,7 +247,8 @@ def judge(probe: Probe[T], code: int, stdout: str, stderr: str) -> T | ProbeFail
         return ProbeFailure(probe.label, code, f"unexpected output ({error})")
 
 
-ROUND_CAP = 16 << 20  # the most a probe round prints (base64 of every probe's output): doctor's is ~0.2 MiB
+ROUND_CAP = 64 << 20  # the most a probe round prints, base64 of every probe's output (two model listings at
+#                       their own cap, models.LISTING_CAP, base64 twice: 56 MiB); doctor's is about 0.2 MiB
 
 
 def gather(connection: Node, probes: Sequence[Probe[Any]], timeout: float = 60, cap: int = ROUND_CAP) -> NodeFacts:
