@@ -141,8 +141,9 @@ def test_logs_show_each_nodes_rank(served) -> None:
 
 def _key_leaks(bed) -> list[str]:
     """Where on the nodes the key appears: a command line, ps, docker inspect, a container's logs or log files, any
-    file but its own and the operator's inventory; and any process outside the engine containers holding it in its
-    environment (only vLLM's own, in the container, may: it reads the key from there)."""
+    file but its own and the operator's inventory (in /tmp and /var/tmp: those of the last hour); and any process
+    outside the engine containers holding it in its environment (only vLLM's own, in the container, may: it reads
+    the key from there)."""
     engines = " ".join(bed.exec(node, f"readlink /proc/$(docker inspect -f '{{{{.State.Pid}}}}' {CONTAINER})/ns/mnt"
                                 ).stdout.strip() for node in NODES)
     found = []
@@ -161,8 +162,9 @@ def _key_leaks(bed) -> list[str]:
               docker logs $c 2>&1 | grep -sqF -f $k && echo "docker logs: $c"
               docker exec $c sh -c 'cat /var/log/sparkpair/* 2>/dev/null' | grep -sqF -f $k && echo "logs in $c"
             done
-            grep -rlsF -D skip -f $k /home /root /etc /tmp /var/tmp /var/log | grep -vxF -e $k -e {bed.inventory} \\
-              | sed 's/^/file: /'
+            {{ grep -rlsF -D skip -f $k /home /root /etc /var/log
+               find /tmp /var/tmp -xdev -type f -mmin -60 -exec grep -lsF -f $k {{}} +; }} \\
+              | grep -vxF -e $k -e {bed.inventory} | sed 's/^/file: /'
             true
         """, timeout=300)
         found += [f"{node}: {line}" for line in search.stdout.splitlines() if line.strip()]
