@@ -18,7 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 
+from sparkpair.errors import UsageError
 from sparkpair.inventory import Inventory
+from sparkpair.inventory.schema import IMAGE_REF
+from sparkpair.inventory.validation import Problem
 from sparkpair.render.recipe import HF_HOME, model_link, ports_toward_head
 from sparkpair.transport import Node, Shell
 
@@ -32,6 +35,17 @@ DONE = "sparkpair-train done"
 LINE_CAP = 400                      # characters of one output line looked at
 TAIL_LINES = 12
 MASTER_PORT = 29511                 # torchrun's rendezvous on the head (vLLM's own is 29501)
+
+
+def check_image(image: str) -> str:
+    """IMAGE when it is a container image reference (the inventory's own rule for `container.image`); UsageError
+    naming --image otherwise (a value starting with '-' would become an option of `docker run`)."""
+    problems: list[Problem] = []
+    IMAGE_REF.parse(image, ("--image",), problems)
+    if problems:
+        raise UsageError(f"--image {problems[0].got}: expected {problems[0].expected}",
+                         hint="an image holding nvidia-modelopt[hf] (docs/runbooks.md#train-draft-image)")
+    return image
 
 
 def script_text() -> str:
