@@ -1,15 +1,18 @@
 """Put an exported checkpoint (a trained draft, or the hidden states of offline training) into a node's Hugging
-Face cache as a repo; run on the node with its own python3 (`python3 - STAGING HUB REPO_FOLDER [MAX_FILES]`
-with this file on stdin), standard library only, never imported by sparkpair itself (`draft.export` sends it).
+Face cache as a repo; run on the node with its own python3 (`python3 - STAGING HUB REPO_FOLDER [MAX_FILES]
+[--names MAP] [--move]` with this file on stdin), standard library only, never imported by sparkpair itself
+(`draft.export` sends it).
 
-STAGING holds the files (regular files only, names of letters, digits, '.', '_', '-', not starting with '.');
-each goes into HUB/REPO_FOLDER/blobs/<sha256> (written to a new file opened with O_EXCL|O_NOFOLLOW, flushed,
-then renamed in; a blob already there is kept), the snapshot HUB/REPO_FOLDER/snapshots/<commit>/<name> links
-`../../blobs/<sha256>` as huggingface_hub makes them, and refs/main names <commit> (the sha1 of the listing:
-new content, new snapshot). Every folder under HUB (the operator's own path) is opened without following a
-symlink and every file is made through those folder fds, so a `blobs`, `refs` or `snapshots` planted as a
-symlink is refused and nothing is written through it. Prints one JSON line:
-{"commit": ..., "files": {name: [sha256, size]}}. Any refusal: one line on stderr, exit 1.
+STAGING holds the files (regular files only, names of letters, digits, '.', '_', '-', not starting with '.';
+with --names, only the files the JSON object in MAP names, each under the name it maps to). Each is copied into
+HUB/REPO_FOLDER/blobs/<sha256> while it is hashed (a new file opened with O_EXCL|O_NOFOLLOW, flushed, then
+renamed to the hash of the bytes written: what is installed is what was hashed, whatever happens to the source
+meanwhile; a blob already there is kept), and with --move the source is removed once its blob is in place. The
+snapshot HUB/REPO_FOLDER/snapshots/<commit>/<name> links `../../blobs/<sha256>` as huggingface_hub makes them,
+and refs/main names <commit> (the sha1 of the listing: new content, new snapshot). Every folder under HUB (the
+operator's own path) is opened without following a symlink and every file is made through those folder fds, so
+a `blobs`, `refs` or `snapshots` planted as a symlink is refused and nothing is written through it. Prints one
+JSON line: {"commit": ..., "files": {name: [sha256, size]}}. Any refusal: one line on stderr, exit 1.
 """
 import errno
 import hashlib
@@ -49,32 +52,33 @@ def open_folder(parent, name, shown):
         raise
 
 
-def hash_file(staging, name):
-    fd = os.open(name, READ, dir_fd=staging)
+def copy_blob(staging, source, blobs):
+    """SOURCE (in the folder fd STAGING) copied into BLOBS under the sha256 of the bytes copied: (sha, size)."""
+    fd = os.open(source, READ, dir_fd=staging)
     digest, size = hashlib.sha256(), 0
-    with os.fdopen(fd, "rb") as handle:
+    partial = "incomplete-" + str(os.getpid())
+    try:
+        os.unlink(partial, dir_fd=blobs)
+    except FileNotFoundError:
+        pass
+    out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=blobs)
+    with os.fdopen(fd, "rb") as handle, os.fdopen(out, "wb") as target:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            refuse(name + ": not a regular file")
+            os.unlink(partial, dir_fd=blobs)
+            refuse(source + ": not a regular file")
         while chunk := handle.read(CHUNK):
             digest.update(chunk)
             size += len(chunk)
-    return digest.hexdigest(), size
-
-
-def copy_blob(staging, name, blobs, sha):
-    try:
-        os.stat(sha, dir_fd=blobs, follow_symlinks=False)
-        return
-    except FileNotFoundError:
-        pass
-    partial = sha + ".incomplete-" + str(os.getpid())
-    out = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=blobs)
-    with os.fdopen(out, "wb") as target, os.fdopen(os.open(name, READ, dir_fd=staging), "rb") as handle:
-        while chunk := handle.read(CHUNK):
             target.write(chunk)
         target.flush()
         os.fsync(target.fileno())
-    os.replace(partial, sha, src_dir_fd=blobs, dst_dir_fd=blobs)
+    sha = digest.hexdigest()
+    try:
+        os.stat(sha, dir_fd=blobs, follow_symlinks=False)
+        os.unlink(partial, dir_fd=blobs)   # the same content is there already
+    except FileNotFoundError:
+        os.replace(partial, sha, src_dir_fd=blobs, dst_dir_fd=blobs)
+    return sha, size
 
 
 def place_link(snapshot, name, wanted):
@@ -100,42 +104,72 @@ def write_ref(refs, commit):
     os.replace(partial, "main", src_dir_fd=refs, dst_dir_fd=refs)
 
 
-def main(staging_path, hub, folder, max_files=MAX_FILES):
+def chosen_files(staging, staging_path, names_path, max_files):
+    """{installed name: source name}: every file of STAGING, or those the MAP file names."""
+    if names_path is None:
+        chosen = {name: name for name in sorted(os.listdir(staging))}
+    else:
+        with open(names_path, "rb") as handle:
+            raw = handle.read(64 << 20)
+        try:
+            mapping = json.loads(raw)
+        except ValueError:
+            refuse(names_path + ": not JSON")
+        if not isinstance(mapping, dict) or not all(isinstance(v, str) for v in mapping.values()):
+            refuse(names_path + ": expected an object of file names")
+        chosen = {target: source for source, target in mapping.items()}
+    if not chosen or len(chosen) > max_files:
+        refuse(staging_path + ": " + str(len(chosen)) + " files (expected 1 to " + str(max_files) + ")")
+    for name, source in chosen.items():
+        if not safe_name(name) or not safe_name(source):
+            refuse(staging_path + ": file name " + json.dumps(source if safe_name(name) else name) + " refused")
+        if not stat.S_ISREG(os.stat(source, dir_fd=staging, follow_symlinks=False).st_mode):
+            refuse(source + ": not a regular file")   # before anything is written (the copy checks again)
+    return chosen
+
+
+def main(staging_path, hub, folder, max_files=MAX_FILES, names_path=None, move=False):
     if not folder.startswith("models--") or "/" in folder or ".." in folder or not safe_name(folder):
         refuse(folder + ": not a model repo folder")
     staging = os.open(staging_path, FOLDER)
-    names = sorted(os.listdir(staging))
-    if not names or len(names) > max_files:
-        refuse(staging_path + ": " + str(len(names)) + " files (expected 1 to " + str(max_files) + ")")
-    files = {}
-    for name in names:
-        if not safe_name(name):
-            refuse(staging_path + ": file name " + json.dumps(name) + " refused")
-        files[name] = hash_file(staging, name)
-    listing = "".join(name + " " + files[name][0] + "\n" for name in names)
-    commit = hashlib.sha1(("sparkpair-train-draft\n" + listing).encode()).hexdigest()
+    chosen = chosen_files(staging, staging_path, names_path, max_files)
     os.makedirs(hub, exist_ok=True)
     top = os.open(hub, os.O_RDONLY | os.O_DIRECTORY)
     repo = open_folder(top, folder, folder)
     blobs = open_folder(repo, "blobs", folder + "/blobs")
     refs = open_folder(repo, "refs", folder + "/refs")
     snapshots = open_folder(repo, "snapshots", folder + "/snapshots")
+    files = {}
+    for name in sorted(chosen):
+        files[name] = copy_blob(staging, chosen[name], blobs)
+        if move:
+            os.unlink(chosen[name], dir_fd=staging)
+    listing = "".join(name + " " + files[name][0] + "\n" for name in sorted(files))
+    commit = hashlib.sha1(("sparkpair-train-draft\n" + listing).encode()).hexdigest()
     snapshot = open_folder(snapshots, commit, folder + "/snapshots/" + commit)
-    for name in names:
-        sha, _ = files[name]
-        copy_blob(staging, name, blobs, sha)
+    for name, (sha, _) in files.items():
         place_link(snapshot, name, "../../blobs/" + sha)
     write_ref(refs, commit)
     print(json.dumps({"commit": commit, "files": files}))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (4, 5):
-        refuse("usage: python3 - STAGING HUB REPO_FOLDER [MAX_FILES]")
-    limit = sys.argv[4] if len(sys.argv) == 5 else str(MAX_FILES)
+    args = sys.argv[1:]
+    move = "--move" in args
+    args = [arg for arg in args if arg != "--move"]
+    names = None
+    if "--names" in args:
+        at = args.index("--names")
+        if at + 1 >= len(args):
+            refuse("--names needs a file")
+        names = args[at + 1]
+        del args[at:at + 2]
+    if len(args) not in (3, 4):
+        refuse("usage: python3 - STAGING HUB REPO_FOLDER [MAX_FILES] [--names MAP] [--move]")
+    limit = args[3] if len(args) == 4 else str(MAX_FILES)
     if not limit.isdigit() or not 1 <= int(limit) <= MAX_FILES_LIMIT:
         refuse("MAX_FILES " + json.dumps(limit[:20]) + ": expected 1 to " + str(MAX_FILES_LIMIT))
     try:
-        main(*sys.argv[1:4], max_files=int(limit))
+        main(*args[:3], max_files=int(limit), names_path=names, move=move)
     except OSError as error:  # a symlink (ELOOP), a vanished file, a full disk: one line, never a traceback
         refuse(str(error.filename or "") + ": " + str(error.strerror or error))

@@ -5,9 +5,10 @@ the node's sparkpair config folder on PYTHONPATH), never imported by sparkpair i
 vLLM captures the target's hidden states with its `extract_hidden_states` speculative method and writes them
 with its ExampleHiddenStatesConnector: one safetensors file per request ({"hidden_states": [tokens, layers,
 hidden], "token_ids": [tokens]}), written by tensor-parallel rank 0, its path returned to the client in the
-answer's kv_transfer_params. That connector copies the states off the GPU on a CUDA stream with CUDA events;
-vLLM's CPU build has neither. This subclass keeps vLLM's connector as it is on a GPU and, where the cache
-lives in host memory, writes the same file synchronously (to a temporary name, then renamed), so the same
+answer's kv_transfer_params. That connector copies the states off the GPU on a CUDA stream with CUDA events
+and writes the file in a background thread after the answer went out; vLLM's CPU build has neither. This
+subclass writes the same file synchronously on any device (copied to host memory, written under a temporary
+name, made readable by the node's user, renamed), so the file is whole when its answer arrives, and the same
 path runs on a Spark and on the simulated pair.
 """
 import os
@@ -29,23 +30,22 @@ class _Written:
 
 
 class SparkpairHiddenStatesConnector(ExampleHiddenStatesConnector):
-    """ExampleHiddenStatesConnector, writing synchronously when the KV cache is in host memory."""
+    """ExampleHiddenStatesConnector, writing each request's file before its answer goes out."""
 
     def _submit_async_write(self, pending):
-        if self._kv_cache is None or self._kv_cache.is_cuda:
-            super()._submit_async_write(pending)
-            return
-        if not self._is_tp_rank_zero:
+        if not self._is_tp_rank_zero or self._kv_cache is None:
             return
         blocks = torch.tensor(pending.block_ids, dtype=torch.long)
         offsets = torch.arange(0, self._block_size, dtype=torch.long)
         slots = (offsets.reshape((1, self._block_size)) + blocks.reshape((-1, 1)) * self._block_size).flatten()
-        states = extract_from_kv_cache(self._kv_cache, slots, pending.token_ids.shape[0]).clone()
+        slots = slots.to(self._kv_cache.device)
+        states = extract_from_kv_cache(self._kv_cache, slots, pending.token_ids.shape[0]).to("cpu").clone()
         os.makedirs(os.path.dirname(pending.filename), exist_ok=True)
         partial = pending.filename + ".partial"
         lock_fd = self._lock_fds.pop(pending.req_id, None)
         try:
             save_file({"hidden_states": states, "token_ids": pending.token_ids.clone()}, partial)
+            os.chmod(partial, 0o644)   # the engine runs as root; sparkpair moves the file as the node's user
             os.replace(partial, pending.filename)
         finally:
             if lock_fd is not None:

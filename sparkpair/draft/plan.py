@@ -43,7 +43,7 @@ class TargetShape:
     heads: int
     kv_heads: int
     head_dim: int
-    intermediate: int          # a dense MLP's width (0 for an MoE whose every layer is sparse)
+    intermediate: int          # config.json's intermediate_size (an MoE's dense width, used by none of its layers)
     experts: int               # routed experts per layer (0: dense)
     experts_per_token: int
     moe_intermediate: int
@@ -65,7 +65,7 @@ class TargetShape:
 
     @property
     def draft_width(self) -> int:
-        """The Eagle3 layer's MLP width, as train_eagle3.py sizes it: the dense width, else experts per token x
+        """The Eagle3 layer's MLP width, as train_eagle3.py sizes it: intermediate_size, else experts per token x
         the expert width."""
         return self.intermediate or self.experts_per_token * self.moe_intermediate
 
@@ -104,16 +104,17 @@ def parse_shape(raw: bytes, source: str) -> TargetShape:
     experts = _count(data, "num_experts", _count(data, "num_local_experts", 0))
     return TargetShape(hidden=hidden, layers=_count(data, "num_hidden_layers"), vocab=_count(data, "vocab_size"),
                        heads=heads, kv_heads=_count(data, "num_key_value_heads", heads), head_dim=int(head_dim),
-                       intermediate=0 if experts else _count(data, "intermediate_size", 0), experts=experts,
+                       intermediate=_count(data, "intermediate_size", 0), experts=experts,
                        experts_per_token=_count(data, "num_experts_per_tok", 0),
                        moe_intermediate=_count(data, "moe_intermediate_size", _count(data, "intermediate_size", 0)),
                        tied=data.get("tie_word_embeddings") is True, source=source)
 
 
-QWEN3_235B = TargetShape(hidden=4096, layers=94, vocab=151936, heads=64, kv_heads=4, head_dim=128, intermediate=0,
-                         experts=128, experts_per_token=8, moe_intermediate=1536,
+QWEN3_235B = TargetShape(hidden=4096, layers=94, vocab=151936, heads=64, kv_heads=4, head_dim=128,
+                         intermediate=12288, experts=128, experts_per_token=8, moe_intermediate=1536,
                          source="Qwen3-235B-A22B's config.json (hidden_size 4096, num_hidden_layers 94, vocab_size "
-                                "151936, num_experts 128, num_experts_per_tok 8, moe_intermediate_size 1536)")
+                                "151936, num_experts 128, num_experts_per_tok 8, moe_intermediate_size 1536, "
+                                "intermediate_size 12288)")
 # The built-in profiles' targets whose shape the plan knows without the head's copy of config.json.
 KNOWN_SHAPES = {"Qwen/Qwen3-235B-A22B-GPTQ-Int4": QWEN3_235B, "nvidia/Qwen3-235B-A22B-FP4": QWEN3_235B}
 
@@ -152,7 +153,8 @@ class PlanInputs:
     device_reason: str = ""
     draft_vocab: int = 0               # 0: the target's vocabulary
     mode: str = "auto"
-    throughput: dict[str, float] = field(default_factory=dict)   # measured tokens/s: "train" and "extract"
+    throughput: dict[str, dict[str, float]] = field(default_factory=dict)   # per mode, measured tokens/s of
+    # training ("train") and of the engine computing hidden states ("extract")
 
 
 @dataclass(frozen=True)
@@ -265,7 +267,8 @@ def _offline_problem(inputs: PlanInputs, train: int, shard: int, disk: int) -> s
 def _time(inputs: PlanInputs, mode: str, batch: int) -> str:
     """The time from the measured throughput on this device and mode (training tokens per second, and for offline
     the engine's tokens per second computing hidden states); unknown until a run measured it."""
-    rate, extract = inputs.throughput.get("train"), inputs.throughput.get("extract")
+    measured = inputs.throughput.get(mode, {})
+    rate, extract = measured.get("train"), measured.get("extract")
     if not rate:
         return f"unknown: no training on {inputs.device} ({mode}) measured yet; this run measures it"
     seconds = inputs.steps * batch * inputs.max_length / rate

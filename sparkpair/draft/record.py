@@ -17,7 +17,8 @@ from typing import Any
 from sparkpair import boundedjson, paths
 from sparkpair.transport import Node, Shell
 
-STEPS = ("data", "train", "export", "evaluate")
+STEPS = ("data", "hidden", "train", "export", "evaluate")
+OPTIONAL = ("hidden",)      # offline training's step only: an online run's record has none
 RECORD_CAP = 1 << 20        # bytes of a record read back from the head
 # A draft's name as the operator gives it: a hub-style repo id, ORG/NAME, each part 1-96 characters of
 # letters, digits, '.', '_' and '-', not starting with '.' or '-' (so never '..', '/', or a control character).
@@ -89,6 +90,8 @@ class DraftRecord:
             return fresh
         for step in STEPS:
             item = steps.get(step)
+            if item is None and step in OPTIONAL:
+                continue
             if not isinstance(item, dict):
                 break  # a step is only trusted when every step before it is
             inputs, finished, outputs = item.get("inputs"), item.get("finished"), item.get("outputs", {})

@@ -32,6 +32,7 @@ NODE_STATE_DIR = paths.STATE_DIR.removeprefix("~/")
 NODE_CONFIG_DIR = paths.CONFIG_DIR.removeprefix("~/")
 NODE_SECRETS_DIR = paths.SECRETS_DIR.removeprefix("~/")
 MODEL_LINKS = paths.MODEL_LINKS
+HIDDEN_STATES_DIR = f"{HF_HOME}/{paths.HIDDEN_STATES}"   # where an engine writes train-draft's hidden states
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,16 @@ def passed_flags(inventory: Inventory, profile: Profile) -> set[str]:
 def llm_api_options(profile: Profile) -> dict[str, Any]:
     """The --extra_llm_api_options YAML: the profile's settings plus its speculative config."""
     options = dict(profile.llm_api)
+    capture = profile.capture_hidden_states
+    if capture:  # ModelOpt's compute_hidden_states_trtllm: SaveState, one file per request, every prompt token whole
+        options["speculative_config"] = {
+            "decoding_type": "SaveState", "output_directory": f"{HIDDEN_STATES_DIR}/{capture['folder']}",
+            "write_interval": 1, "file_prefix": "sparkpair",
+            "eagle3_layers_to_capture": [*capture["layers"], -1],   # -1: the last layer's post-norm hidden state
+        }
+        options["enable_chunked_prefill"] = False
+        options["kv_cache_config"] = {**options.get("kv_cache_config", {}), "enable_block_reuse": False}
+        return options
     if profile.draft:
         options["speculative_config"] = {
             "decoding_type": profile.decoding_type or "Eagle",

@@ -91,8 +91,11 @@ class TensorRtLlm:
         return [Start(nodes[0], recipe.mpirun_argv(inventory, profile), serves=True)]
 
     def problems(self, inventory: Inventory, profile: Profile) -> list[str]:
+        from sparkpair.inventory.profiles import capture_problems
         from sparkpair.render import llm_api_config
 
+        if capture_problems(profile.capture_hidden_states):
+            return capture_problems(profile.capture_hidden_states)
         try:
             llm_api_config(inventory, profile)
         except RenderError as error:

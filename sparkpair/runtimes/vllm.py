@@ -16,6 +16,7 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from sparkpair.inventory.profiles import capture_problems
 from sparkpair.render import RenderedFile, recipe, render_template
 from sparkpair.render.recipe import Start
 from sparkpair.runtimes import Metrics, StageSpec
@@ -36,6 +37,7 @@ SAME_BY_OTHER_NAMES = ("--model", "--spec-method", "--spec-model", "--spec-token
                        "--prefill-context-parallel-size")
 WORLD_PREFIXES = ("--data-parallel", "--no-data-parallel")
 SHM_SIZE = "10.24g"  # NVIDIA's vLLM playbook (run_cluster.sh)
+CONNECTOR = "vllm_hidden_states"   # train-draft's capture: vLLM's hidden-states connector, any device (package data)
 DECODING_METHODS = {"Eagle3": "eagle3", "Eagle": "eagle", "DraftTarget": "draft_model"}
 
 
@@ -149,7 +151,9 @@ class Vllm:
         text = render_template("container.env.j2", cluster=inventory.cluster.name,
                                env=self.container_env(inventory, node, fabric), per_node=not fabric,
                                per_node_names=" and ".join(recipe.PER_NODE_ENV))
-        return [RenderedFile("container.env", text)]
+        connector = resources.files("sparkpair.data").joinpath(f"{CONNECTOR}.py").read_text(encoding="utf-8")
+        return [RenderedFile("container.env", text)] + \
+            ([RenderedFile(f"{CONNECTOR}.py", connector, 0o644)] if profile.capture_hidden_states else [])
 
     def rendered(self, inventory: Inventory, profile: Profile) -> list[RenderedFile]:
         """Each rank node's container.env (its own VLLM_HOST_IP), under the node's name."""
@@ -189,7 +193,9 @@ class Vllm:
         """`vllm serve` for one rank on node (None: the head): the verified snapshot under the repo id's name,
         the nodes' addresses (--master-addr: the head's address on the link node shares with it) and ranks, the
         tensor x pipeline split, the draft, then the profile's own flags."""
-        argv = ["vllm", "serve", recipe.model_link(profile.target), "--served-model-name", profile.target,
+        capture = profile.capture_hidden_states
+        argv = ["env", f"PYTHONPATH={recipe.CONFIG_DIR}"] if capture else []   # the capture's connector
+        argv += ["vllm", "serve", recipe.model_link(profile.target), "--served-model-name", profile.target,
                 "--host", "0.0.0.0", "--port", str(inventory.server.port),
                 "--tensor-parallel-size", str(profile.tp_size)]
         argv += ["--pipeline-parallel-size", str(profile.pp_size)] if profile.pp_size > 1 else []
@@ -203,6 +209,12 @@ class Vllm:
         speculative = self.speculative_config(profile)
         if speculative:
             argv += ["--speculative-config", json.dumps(speculative, separators=(",", ":"))]
+        if capture:  # vLLM's extract_hidden_states: rank 0 writes one file per request, its path in the answer
+            argv += ["--kv-transfer-config", json.dumps({
+                "kv_connector": "SparkpairHiddenStatesConnector", "kv_connector_module_path": CONNECTOR,
+                "kv_role": "kv_producer", "kv_connector_extra_config": {
+                    "shared_storage_path": f"{recipe.HIDDEN_STATES_DIR}/{capture['folder']}"}},
+                separators=(",", ":")), "--no-enable-chunked-prefill"]
         for name, value in profile.serve_args.items():
             flag = flag_of(name)
             if flag in self.secret_options:
@@ -217,7 +229,13 @@ class Vllm:
 
     def speculative_config(self, profile: Profile) -> dict[str, Any]:
         """--speculative-config: the draft's method, its verified snapshot, the draft length, then the
-        profile's own keys (empty without a draft)."""
+        profile's own keys (empty without a draft); capturing hidden states, vLLM's extract_hidden_states at the
+        draft config's auxiliary layers and the last layer (its output before the final norm)."""
+        capture = profile.capture_hidden_states
+        if capture:
+            layers = [*capture["layers"], capture["last"]]
+            return {"method": "extract_hidden_states", "num_speculative_tokens": 1,
+                    "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": layers}}}
         if not profile.draft:
             return {}
         return {"method": DECODING_METHODS.get(profile.decoding_type or "Eagle3", "eagle3"),
@@ -238,7 +256,9 @@ class Vllm:
         known = definitions()
         options: dict[str, dict[str, Any]] = known["serve_options"]
         version = f"vLLM {known['source']['version']}"
-        found = []
+        found = capture_problems(profile.capture_hidden_states)
+        if found:   # not a capture sparkpair can render (nor build a serve line of)
+            return found
         owned = self.owned_flags(inventory, profile)
         for name, value in profile.serve_args.items():
             flag = flag_of(name)

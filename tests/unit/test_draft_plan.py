@@ -92,7 +92,7 @@ def test_vocabulary_compression_shrinks_the_draft() -> None:
 def test_time_comes_from_a_measured_throughput_only() -> None:
     unknown = make_plan(_inputs())
     assert any(line.startswith("time: unknown") for line in unknown.lines)
-    measured = make_plan(_inputs(throughput={"train": 4096.0, "extract": 40960.0}, steps=1000))
+    measured = make_plan(_inputs(throughput={"offline": {"train": 4096.0, "extract": 40960.0}}, steps=1000))
     # 1000 steps x 1 sequence x 2048 tokens / 4096 tokens/s = 500 s; 20000 x 2048 / 40960 = 1000 s
     assert any("training about 8 min" in line and "hidden states about 17 min" in line for line in measured.lines)
 
