@@ -110,11 +110,17 @@ def plan_steps(pair: Pair, inventory: Inventory, options: DraftOptions) -> tuple
         states[step] = f"done already ({time.strftime('%Y-%m-%d %H:%M', time.localtime(done.finished))})"
     if states["data"] == "runs" or states["train"] == "runs":
         return plan, states
-    kept = record.steps["train"].outputs.get("settings")
-    now = training.settings(run)
-    if isinstance(kept, dict) and kept != now:
-        changed = [name for name, value in now.items() if kept.get(name) != value]
-        states.update({"train": f"runs ({', '.join(changed)} changed)", "export": "runs", "evaluate": "runs"})
+    produced = record.steps["data"].outputs
+    made = record.steps.get("hidden")
+    if plan.mode == "offline" and run.shape is not None and \
+            record.done("hidden", hidden.capture_inputs(run, produced, run.shape)) is None:
+        return plan, {**states, **{step: "runs" for step in steps[1:]}}
+    if record.done("train", training.train_inputs(run, produced, made.outputs if made else {})) is not None:
+        return plan, states
+    kept, now = record.steps["train"].outputs.get("settings"), training.settings(run)
+    changed = [name for name, value in now.items() if kept.get(name) != value] if isinstance(kept, dict) else []
+    states.update({"train": f"runs ({', '.join(changed) or 'what it is made from'} changed)", "export": "runs",
+                   "evaluate": "runs"})
     return plan, states
 
 
