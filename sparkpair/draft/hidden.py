@@ -99,6 +99,18 @@ def capture_one(host: str, port: int, model: str, messages: list[dict[str, str]]
     return name, len(tokens)
 
 
+def _conversations(raw: bytes, node: str) -> list[list[dict[str, str]]]:
+    """The data step's conversations read back from the head (as hostile as anything a node holds)."""
+    try:
+        rows = [json.loads(line)["conversations"] for line in raw.splitlines() if line.strip()]
+    except (ValueError, KeyError, TypeError, RecursionError):
+        rows = []
+    if not rows or not all(isinstance(row, list) for row in rows):
+        raise SparkpairError(f"{node}: the data step's conversations are not what it wrote",
+                             hint="run train-draft again: a changed data file re-runs the data step")
+    return rows
+
+
 def capture_inputs(run: Run, produced: dict[str, Any], shape: TargetShape) -> str:
     """What the hidden step is made from: the data, the target's revision, the layers, the length, the runtime."""
     options = run.options
@@ -127,8 +139,7 @@ def compute(run: Run, produced: dict[str, Any], shape: TargetShape) -> dict[str,
     inventory = with_capture(run.inventory, options.profile, options.runtime, capture)
     evaluate.serve(run.pair, inventory, options.profile, options.runtime, "hidden-state capture", run.progress)
     endpoint = serving(run.pair, inventory.for_runtime(options.runtime), options.profile).endpoint
-    rows = [json.loads(line)["conversations"] for line in (head.read(f"{run.work}/data.jsonl") or b"").splitlines()
-            if line.strip()]
+    rows = _conversations(head.read(f"{run.work}/data.jsonl") or b"", head.name)
     began, names, tokens = time.monotonic(), {}, 0
     for index, messages in enumerate(rows):
         name, count = capture_one(endpoint.host, endpoint.port, endpoint.model, messages, options.max_length,

@@ -93,7 +93,10 @@ def _count(data: dict[str, Any], key: str, default: int | None = None) -> int:
 
 def parse_shape(raw: bytes, source: str) -> TargetShape:
     """The shape in a config.json (a multimodal model's text_config); ValueError naming the field."""
-    data = json.loads(raw)
+    try:
+        data = json.loads(raw)
+    except RecursionError:
+        raise ValueError("config.json: nested too deeply") from None
     if not isinstance(data, dict):
         raise ValueError("config.json: not an object")
     text = data.get("text_config")

@@ -123,7 +123,7 @@ def read_throughput(head: Node, device: str) -> dict[str, dict[str, float]]:
     raw = head.read(paths.under_home(THROUGHPUT, head.home), THROUGHPUT_CAP)
     try:
         data = json.loads(raw) if raw else {}
-    except ValueError:
+    except (ValueError, RecursionError):   # hostile: a file sparkpair cannot read counts as no measurement
         return {}
     found: dict[str, dict[str, float]] = {}
     for mode in ("online", "offline"):
@@ -140,7 +140,7 @@ def write_throughput(head: Node, device: str, mode: str, measured: dict[str, flo
     raw = head.read(path, THROUGHPUT_CAP)
     try:
         data = json.loads(raw) if raw else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         data = {}
     data = data if isinstance(data, dict) else {}
     data[f"{device}/{mode}"] = {name: round(value, 3) for name, value in measured.items() if value > 0}

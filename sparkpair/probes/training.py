@@ -49,7 +49,7 @@ def _marked(text: str) -> dict[str, object] | None:
         return {}
     try:
         value = json.loads(found)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 

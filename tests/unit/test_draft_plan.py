@@ -112,3 +112,38 @@ def test_the_cpu_trains_in_float32_and_the_plan_says_why() -> None:
 def test_a_config_that_is_not_a_models_is_refused_naming_the_field(raw: bytes) -> None:
     with pytest.raises(ValueError, match="config.json"):
         plans.parse_shape(raw, "test")
+
+
+def test_measured_throughput_is_read_back_typed_per_device_and_mode() -> None:
+    from fakenode import FakeNode
+
+    from sparkpair.draft import sizing
+
+    head = FakeNode("spark-a", home="/home/nvidia")
+    sizing.write_throughput(head, "cuda", "offline", {"train": 5000.0, "extract": 90000.0})
+    sizing.write_throughput(head, "cpu", "online", {"train": 230.0, "extract": 0.0})
+    assert sizing.read_throughput(head, "cuda") == {"offline": {"train": 5000.0, "extract": 90000.0}}
+    assert sizing.read_throughput(head, "cpu") == {"online": {"train": 230.0}}
+    path = "/home/nvidia/.sparkpair/state/drafts/throughput.json"
+    head.files[path] = b'{"cuda/online": {"train": "fast", "extract": true}, "cuda/offline": [1]}'
+    assert sizing.read_throughput(head, "cuda") == {"online": {}}
+    head.files[path] = b"[" * 5000
+    assert sizing.read_throughput(head, "cuda") == {}
+
+
+def test_a_nodes_room_is_its_meminfo_less_what_it_holds_at_idle() -> None:
+    from sparkpair.draft import sizing
+    from sparkpair.probes import NodeFacts, host
+
+    facts = NodeFacts({host.MEMINFO: {"MemTotal": 125441420, "MemAvailable": 121157276},
+                       host.free_bytes("~/.cache/huggingface"): 2 * 1024 ** 4})
+    room = sizing._room("spark-a", facts, "~/.cache/huggingface")
+    assert room.mem_total == 125441420 * 1024 and room.os_keeps == (125441420 - 121157276) * 1024 and room.asked
+    assert room.disk_free == 2 * 1024 ** 4
+    unknown = sizing._room("spark-b", NodeFacts(), "~/.cache/huggingface")
+    assert unknown.mem_total == plans.SPARK_MEM_TOTAL and not unknown.asked
+
+
+def test_a_config_nested_too_deeply_is_refused_in_one_line() -> None:
+    with pytest.raises(ValueError, match="config.json"):
+        plans.parse_shape(b"[" * 100000, "test")

@@ -318,3 +318,15 @@ def test_nodes_k_is_one_to_the_inventorys_nodes(nodes: int, ok: bool) -> None:
         return
     with pytest.raises(UsageError, match=rf"^--nodes {nodes}: the inventory has 3 nodes$"):
         flow.check_options(RING, options)
+
+
+def test_conversations_in_modelopts_format_are_prompts_up_to_the_first_answer(tmp_path: Path) -> None:
+    lines = [json.dumps({"conversation_id": i, "conversations": [
+        {"role": "system", "content": "be brief"}, {"role": "user", "content": f"q{i}"},
+        {"role": "assistant", "content": "an answer the target replaces"}, {"role": "user", "content": "later"}]})
+        for i in range(3)]
+    prompts = data.read_prompts(_prompts(tmp_path, lines))
+    assert prompts.messages[1] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "q1"}]
+    with pytest.raises(UsageError, match=r"prompts.jsonl:1"):
+        data.read_prompts(_prompts(tmp_path, [json.dumps({"conversations": [{"role": "assistant", "content": "x"}]}),
+                                              '{"prompt": "b"}']))
