@@ -173,8 +173,15 @@ class Plan:
 
 
 def size(value: float) -> str:
-    """Bytes as GiB, or TiB from 1 TiB."""
-    return f"{value / TIB:.2f} TiB" if value >= TIB else f"{value / GIB:.1f} GiB"
+    """Bytes as GiB (MiB below 1 GiB, TiB from 1 TiB)."""
+    if value >= TIB:
+        return f"{value / TIB:.2f} TiB"
+    return f"{value / GIB:.1f} GiB" if value >= GIB else f"{value / 2**20:.1f} MiB"
+
+
+def count(value: float) -> str:
+    """A parameter count in billions, millions below a billion."""
+    return f"{value / 1e9:.1f} B" if value >= 1e9 else f"{value / 1e6:.1f} M"
 
 
 def hidden_bytes(inputs: PlanInputs) -> int:
@@ -216,9 +223,9 @@ def make_plan(inputs: PlanInputs) -> Plan:
     else:
         mode = "offline"
         refusal = None if offline_why is None else f"train-draft: neither mode fits: {online_why}; {offline_why}"
-    lines = [f"target {inputs.target}: {shape.parameters / 1e9:.1f} B parameters, {size(inputs.target_bytes)} at "
+    lines = [f"target {inputs.target}: {count(shape.parameters)} parameters, {size(inputs.target_bytes)} at "
              f"serving precision ({inputs.target_bytes_source}); shape from {shape.source}",
-             f"draft: Eagle3, {draft / 1e6:.0f} M parameters, vocabulary {draft_vocab}"
+             f"draft: Eagle3, {count(draft)} parameters, vocabulary {draft_vocab}"
              + ("" if draft_vocab == shape.vocab else f" of the target's {shape.vocab}"),
              f"mode: {mode} — " + (f"{online_why}" if mode == "online" else
                                    f"{online_why}; offline trains beside the target's embedding and LM head "
@@ -232,7 +239,7 @@ def make_plan(inputs: PlanInputs) -> Plan:
     training_nodes = {node.name for node in inputs.trainers}
     for node in _all_nodes(inputs):
         parts = []
-        if mode == "offline" and node.name in {n.name for n in inputs.ranks}:
+        if node.name in {n.name for n in inputs.ranks}:   # the data step serves the target (offline: the capture)
             parts.append(f"serving {size(shard)} (target shard and engine)")
         if node.name in training_nodes:
             parts.append(f"training {size(online if mode == 'online' else offline_train)}")

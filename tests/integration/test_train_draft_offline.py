@@ -25,7 +25,7 @@ PROMPTS = Path(__file__).parent / "train_draft_prompts.jsonl"
 COMMON = ("train-draft", "qwen3-235b", "--name", NAME, "--image", IMAGE, "--prompts", str(PROMPTS),
           "--max-tokens", "16", "--requests", "2")
 OFFLINE = ("--mode", "offline", "--nodes", "2", "--max-length", "128", "--draft-vocab", "64")
-STEPS = "40"
+STEPS = "120"
 HIDDEN = f"~/.cache/huggingface/hub/models--{SLUG}-hidden"
 REPO = f"~/.cache/huggingface/hub/models--{SLUG}"
 
@@ -36,7 +36,7 @@ def _on(bed, node: str, command: str) -> str:
 
 @pytest.fixture(scope="module")
 def offline(testbed, testbed_vllm, tmp_path_factory):
-    """One offline run (40 steps, data parallel on both nodes): (bed, run, its --out folder)."""
+    """One offline run (120 steps, data parallel on both nodes): (bed, run, its --out folder)."""
     testbed.cli("modelopt", timeout=2400)
     ensure_networked(testbed)
     for node in ("spark-a", "spark-b"):   # no hidden states from an earlier run: the copy to the worker is this one
