@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from sparkpair import paths
+from sparkpair import boundedjson, paths
 from sparkpair.bench import serving
 from sparkpair.draft import evaluate, export
 from sparkpair.draft.plan import TargetShape
@@ -102,8 +102,8 @@ def capture_one(host: str, port: int, model: str, messages: list[dict[str, str]]
 def _conversations(raw: bytes, node: str) -> list[list[dict[str, str]]]:
     """The data step's conversations read back from the head (as hostile as anything a node holds)."""
     try:
-        rows = [json.loads(line)["conversations"] for line in raw.splitlines() if line.strip()]
-    except (ValueError, KeyError, TypeError, RecursionError):
+        rows = [boundedjson.loads(line)["conversations"] for line in raw.splitlines() if line.strip()]
+    except (ValueError, KeyError, TypeError):
         rows = []
     if not rows or not all(isinstance(row, list) for row in rows):
         raise SparkpairError(f"{node}: the data step's conversations are not what it wrote",

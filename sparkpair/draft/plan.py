@@ -14,9 +14,10 @@ weights is the profile's `headroom_gib` (what doctor's memory check keeps for it
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from sparkpair import boundedjson
 
 GIB = 1024 ** 3
 TIB = 1024 ** 4
@@ -94,9 +95,9 @@ def _count(data: dict[str, Any], key: str, default: int | None = None) -> int:
 def parse_shape(raw: bytes, source: str) -> TargetShape:
     """The shape in a config.json (a multimodal model's text_config); ValueError naming the field."""
     try:
-        data = json.loads(raw)
-    except RecursionError:
-        raise ValueError("config.json: nested too deeply") from None
+        data = boundedjson.loads(raw)
+    except boundedjson.Refused as error:
+        raise ValueError(f"config.json: {error}") from None
     if not isinstance(data, dict):
         raise ValueError("config.json: not an object")
     text = data.get("text_config")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sparkpair import paths, probes
+from sparkpair import boundedjson, paths, probes
 from sparkpair.draft import plan
 from sparkpair.draft.run import DraftOptions
 from sparkpair.errors import SparkpairError, UsageError
@@ -122,8 +122,8 @@ def read_throughput(head: Node, device: str) -> dict[str, dict[str, float]]:
     """The tokens/s earlier runs measured on DEVICE, per mode: {"online": {"train": ..}, "offline": {.., "extract"}}."""
     raw = head.read(paths.under_home(THROUGHPUT, head.home), THROUGHPUT_CAP)
     try:
-        data = json.loads(raw) if raw else {}
-    except (ValueError, RecursionError):   # hostile: a file sparkpair cannot read counts as no measurement
+        data = boundedjson.loads(raw) if raw else {}
+    except ValueError:   # hostile: a file sparkpair cannot read counts as no measurement
         return {}
     found: dict[str, dict[str, float]] = {}
     for mode in ("online", "offline"):
@@ -139,8 +139,8 @@ def write_throughput(head: Node, device: str, mode: str, measured: dict[str, flo
     path = paths.under_home(THROUGHPUT, head.home)
     raw = head.read(path, THROUGHPUT_CAP)
     try:
-        data = json.loads(raw) if raw else {}
-    except (ValueError, RecursionError):
+        data = boundedjson.loads(raw) if raw else {}
+    except ValueError:
         data = {}
     data = data if isinstance(data, dict) else {}
     data[f"{device}/{mode}"] = {name: round(value, 3) for name, value in measured.items() if value > 0}

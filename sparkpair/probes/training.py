@@ -10,9 +10,9 @@ Output is hostile: only the one line after the marker counts, read as capped JSO
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
+from sparkpair import boundedjson
 from sparkpair.probes import Probe, printable
 from sparkpair.transport import Shell
 
@@ -48,8 +48,8 @@ def _marked(text: str) -> dict[str, object] | None:
     if found.strip() == ABSENT:
         return {}
     try:
-        value = json.loads(found)
-    except (ValueError, RecursionError):
+        value = boundedjson.loads(found)
+    except ValueError:
         return None
     return value if isinstance(value, dict) else None
 
