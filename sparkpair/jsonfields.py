@@ -3,13 +3,15 @@
 An engine's answer is hostile input. `{"choices": "x"}` read with `.get()` and `[0]` is an
 AttributeError, KeyError or TypeError somewhere deep in a parser; read through a `Field` it is one
 ShapeError whose line names the answer, the field (`choices[0].message`) and what was there, never
-the value itself (it could be anything, of any size). Standard library only.
+the value itself (it could be anything, of any size). The answer is parsed by `sparkpair.boundedjson` (depth
+and size capped); standard library otherwise.
 """
 
 from __future__ import annotations
 
-import json
 import math
+
+from sparkpair import boundedjson
 
 
 class ShapeError(ValueError):
@@ -43,9 +45,9 @@ class Field:
     def parse(cls, raw: bytes, what: str) -> Field:
         """raw (UTF-8 JSON) as the root Field of the answer `what`; ShapeError when it is not JSON."""
         try:
-            return cls(json.loads(raw.decode("utf-8")), what)
-        except (ValueError, RecursionError):  # RecursionError: `[[[[...` nested deeper than the parser goes
-            raise ShapeError(f"{what}: the answer is not JSON") from None
+            return cls(boundedjson.loads(raw), what)
+        except ValueError as error:  # boundedjson.Refused: not JSON, NaN, or nested deeper than it reads
+            raise ShapeError(f"{what}: the answer is not JSON ({error})") from None
 
     def _refuse(self, expected: str) -> ShapeError:
         return ShapeError(f"{self.what}: {self.path or 'the answer'} is {kind(self.value)}, not {expected}")

@@ -49,6 +49,8 @@ CONTAINER_HF_HOME = "/sparkpair/hf"                # the node's HF cache
 CONTAINER_HOST_KEY = "/sparkpair/ssh_host_ed25519_key"  # the node's host key, for the in-container sshd
 CONTAINER_LOGS = "/var/log/sparkpair"              # mpirun and rank output
 MODEL_LINKS = "sparkpair-models"                   # stable names for snapshots, inside the HF cache
+HIDDEN_STATES = "sparkpair-hidden"                 # train-draft's offline hidden states as the engine writes them,
+                                                   # inside the HF cache (the engine container's only writable mount)
 
 
 def node_key_comment(node: str) -> str:

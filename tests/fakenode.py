@@ -32,6 +32,8 @@ from sparkpair.probes import Probe
 from sparkpair.transport import TIMED_OUT, Command, CommandResult, Pair, Shell, SshTarget, command_text
 from sparkpair.transport.httpio import ANSWER_CAP
 from sparkpair.transport.httpio import Reply as HttpReply
+from sparkpair.transport.node import COMMAND_TIMEOUT_S, OUTPUT_CAP, STREAM_TIMEOUT_S, require_limits
+from sparkpair.transport.ssh import OVER_CAP
 
 UNEXPECTED: list[str] = []  # every unexpected command of the running test (tests/unit/conftest.py checks it)
 
@@ -45,6 +47,7 @@ class Call:
     timeout: float | None = None
     stdin: str | None = None
     how: str = "run"  # run, check or stream
+    cap: int | None = None  # the byte cap on its output (run and check)
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ class FakeNode:
     calls: list[Call] = field(default_factory=list)
     puts: list[tuple[str, bytes, int, bool]] = field(default_factory=list)
     http_replies: dict[tuple[int, str, str], HttpReply | None] = field(default_factory=dict)
+    http_headers: list[tuple[str, dict[str, str]]] = field(default_factory=list)  # each request's path, headers
     host_key: tuple[str, str] = ("ssh-ed25519", "AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl")
     _rules: list[_Rule] = field(default_factory=list)
 
@@ -136,18 +140,19 @@ class FakeNode:
         return SshTarget(self.name, self.host, 22, "nvidia", Path("/nonexistent/id_ed25519"),
                          Path("/nonexistent/known_hosts"))
 
-    def run(self, command: Command, *, sudo: bool = False, timeout: float | None = None,
-            stdin: str | None = None) -> CommandResult:
-        return self._answer(Call(command_text(command), sudo, timeout, stdin, "run"))
+    def run(self, command: Command, *, sudo: bool = False, timeout: float = COMMAND_TIMEOUT_S,
+            stdin: str | None = None, cap: int = OUTPUT_CAP) -> CommandResult:
+        return self._answer(Call(command_text(command), sudo, timeout, stdin, "run", cap))
 
-    def check(self, command: Command, *, sudo: bool = False, timeout: float | None = None) -> str:
-        result = self._answer(Call(command_text(command), sudo, timeout, None, "check"))
+    def check(self, command: Command, *, sudo: bool = False, timeout: float = COMMAND_TIMEOUT_S,
+              cap: int = OUTPUT_CAP) -> str:
+        result = self._answer(Call(command_text(command), sudo, timeout, None, "check", cap))
         if not result.ok:
             raise RemoteCommandError(self.name, result.command, result.exit_code, result.stderr or result.stdout)
         return result.stdout
 
-    def stream(self, command: Command, on_line: Callable[[str], None], *, timeout: float | None = None) -> int:
-        result = self._answer(Call(command_text(command), False, timeout, None, "stream"))
+    def stream(self, command: Command, on_line: Callable[[str], None], *, timeout: float = STREAM_TIMEOUT_S) -> int:
+        result = self._answer(Call(command_text(command), False, timeout, None, "stream", OUTPUT_CAP))
         for line in (result.stdout + result.stderr).splitlines():
             on_line(line)
         return TIMED_OUT if result.timed_out else result.exit_code
@@ -164,8 +169,9 @@ class FakeNode:
         return content
 
     def http(self, port: int, method: str, path: str, body: bytes | None = None, timeout: float = 10.0,
-             cap: int = ANSWER_CAP) -> HttpReply | None:
+             cap: int = ANSWER_CAP, headers: Mapping[str, str] | None = None) -> HttpReply | None:
         key = (port, method, path)
+        self.http_headers.append((path, dict(headers or {})))
         if key not in self.http_replies:
             raise self._unexpected(f"HTTP {method} 127.0.0.1:{port}{path}")
         return self.http_replies[key]
@@ -192,6 +198,10 @@ class FakeNode:
 
     def _answer(self, call: Call) -> CommandResult:
         self.calls.append(call)
+        try:
+            require_limits(call.timeout, call.cap)  # type: ignore[arg-type]
+        except ValueError as error:  # a read from a node without a deadline or a byte cap fails the test
+            raise self._unexpected(f"command without its limits ({error}): {call.text}") from None
         for rule in self._rules:
             if not rule.matches(call.text):
                 continue
@@ -203,6 +213,9 @@ class FakeNode:
             if isinstance(answer, BaseException):
                 raise answer
             reply = Reply(answer) if isinstance(answer, str) else answer
+            if call.how != "stream" and len((reply.stdout + reply.stderr).encode()) > (call.cap or 0):
+                return CommandResult(self.name, call.text, OVER_CAP, reply.stdout.encode()[:call.cap].decode(
+                    errors="replace"), f"printed more than {call.cap} bytes; the rest was not read", over_cap=True)
             return CommandResult(self.name, call.text, reply.exit_code, reply.stdout, reply.stderr, reply.timed_out)
         raise self._unexpected(f"command{' (sudo)' if call.sudo else ''}: {call.text}")
 

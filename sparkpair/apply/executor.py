@@ -17,7 +17,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from sparkpair import paths
+from sparkpair import boundedjson, paths
 from sparkpair.apply import firsttouch
 from sparkpair.errors import RemoteCommandError, SparkpairError
 from sparkpair.progress import Event, Progress, silent
@@ -156,10 +156,9 @@ def parse_journal(raw: bytes, command: str, home: str) -> Journal:
     except UnicodeDecodeError:
         raise ValueError("it is not UTF-8 text") from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ValueError(f"it is not whole JSON, cut short or corrupt: {error.msg.lower()} at character {error.pos} "
-                         f"of {len(text)}") from None
+        data = boundedjson.loads(text)
+    except boundedjson.Refused as error:
+        raise ValueError(f"it is not whole JSON, cut short or corrupt: {error.detail} of {len(text)}") from None
     if not isinstance(data, dict):
         raise ValueError("it is not a JSON object")
     if data.get("command") != command:

@@ -35,7 +35,7 @@ from sparkpair.bench.stats import (
     acceptance_from_iterations,
     summarize_level,
 )
-from sparkpair.engine import fabric
+from sparkpair.engine import credentials, fabric
 from sparkpair.engine.launch import LaunchOptions, config_changes, launch
 from sparkpair.engine.state import LaunchState, read_state
 from sparkpair.errors import Interrupted, SparkpairError, UsageError
@@ -90,7 +90,9 @@ def serving(pair: Pair, inventory: Inventory, profile_name: str) -> Serving:
         raise SparkpairError("the server is not serving: nothing was launched, or it was stopped", hint=fix)
     nodes = state.nodes or [inventory.head.name]
     target = inventory.for_runtime(state.runtime).profile(profile_name).target
-    endpoint = Endpoint(inventory.node(nodes[0]).host, inventory.server.port, target, runtime_named(state.runtime).api)
+    runtime = runtime_named(state.runtime)
+    bearer = credentials.launched_headers(inventory, runtime, profile_name).get("Authorization", "")
+    endpoint = Endpoint(inventory.node(nodes[0]).host, inventory.server.port, target, runtime.api, bearer)
     if state.profile != profile_name:
         raise SparkpairError(f"the server runs profile {state.profile}, not {profile_name}", hint=fix)
     models = served_models(endpoint)

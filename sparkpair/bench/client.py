@@ -37,12 +37,18 @@ SPEC_COUNTS = ("numDraftTokens", "numAcceptedTokens", "numRequestsWithDraftToken
 
 @dataclass(frozen=True)
 class Endpoint:
-    """Where the server listens, which model it serves and how it is asked (its runtime's `ServingApi`)."""
+    """Where the server listens, which model it serves, how it is asked (its runtime's `ServingApi`) and the
+    bearer credential its requests carry when the engine has an API key (never shown: not in the repr)."""
 
     host: str
     port: int
     model: str
     api: ServingApi = field(default=OPENAI, compare=False)
+    authorization: str = field(default="", repr=False)
+
+    def headers(self, **more: str) -> dict[str, str]:
+        """The request's headers: more, and the Authorization when there is one."""
+        return {**more, **({"Authorization": self.authorization} if self.authorization else {})}
 
     @property
     def url(self) -> str:
@@ -52,7 +58,7 @@ class Endpoint:
 def get_json(endpoint: Endpoint, path: str, timeout: float = 10.0, cap: int = ANSWER_CAP) -> Field:
     """GET path within timeout seconds, its JSON answer (at most cap bytes) as a Field to read typed;
     HttpFailure (no whole 200 answer) or ShapeError (not JSON) when that fails."""
-    reply = fetch_tcp(endpoint.host, endpoint.port, "GET", path, timeout=timeout, cap=cap)
+    reply = fetch_tcp(endpoint.host, endpoint.port, "GET", path, timeout=timeout, cap=cap, headers=endpoint.headers())
     if reply.status != 200:
         raise HttpFailure(f"GET {path}: {reply.summary}")
     return Field.parse(reply.body, f"GET {path}")
@@ -63,7 +69,8 @@ def served_models(endpoint: Endpoint) -> list[str] | None:
     SparkpairError when its answer is not of the shape its API gives."""
     path = endpoint.api.models(endpoint.model)
     try:
-        reply = fetch_tcp(endpoint.host, endpoint.port, "GET", path, timeout=5.0, cap=ANSWER_CAP)
+        reply = fetch_tcp(endpoint.host, endpoint.port, "GET", path, timeout=5.0, cap=ANSWER_CAP,
+                          headers=endpoint.headers())
         if reply.status != 200:
             raise HttpFailure(f"GET {path}: {reply.summary}")
         return endpoint.api.served(reply.body, endpoint.model)
@@ -139,7 +146,8 @@ def stream_chat(endpoint: Endpoint, messages: Messages, max_tokens: int, timeout
         with tcp_request(endpoint.host, endpoint.port, "POST", request.path,
                          timeout=timeout if timeout is not None else stream_deadline_s(max_tokens),
                          body=json.dumps(request.body).encode(), cap=cap,
-                         headers={"Content-Type": "application/json", "Accept": "text/event-stream"}) as answer:
+                         headers=endpoint.headers(**{"Content-Type": "application/json",
+                                                     "Accept": "text/event-stream"})) as answer:
             if answer.status != 200:
                 return RequestTiming(False, _error_text(answer.status, answer.body(ERROR_CAP)))
             return _timed_stream(answer, sent, endpoint.api)

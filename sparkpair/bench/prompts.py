@@ -1,18 +1,20 @@
 """Benchmark prompts: the bundled set (sparkpair/data/prompts.jsonl) or the operator's JSONL file.
 
 Each line is {"messages": [{"role": ..., "content": ...}, ...]} or {"prompt": "..."}, optionally
-with a "category". Only role and content are sent: servers refuse unknown message fields.
+with a "category", or a conversation in NVIDIA ModelOpt's format ({"conversation_id": ..., "conversations":
+[...]}: its turns before the first assistant turn are the prompt). Only role and content are sent: servers
+refuse unknown message fields.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from sparkpair import boundedjson
 from sparkpair.errors import UsageError
 
 ROLES = ("system", "user", "assistant")
@@ -53,7 +55,7 @@ def load_prompts(path: Path | None) -> PromptSet:
 def _parse_line(source: str, number: int, raw: str) -> tuple[list[dict[str, str]], str]:
     where = f"{source}:{number}"
     try:
-        entry: Any = json.loads(raw)
+        entry: Any = boundedjson.loads(raw)
     except ValueError as error:
         raise UsageError(f"{where}: not JSON ({error.args[0]}); {EXPECTED}") from None
     if not isinstance(entry, dict):
@@ -62,6 +64,11 @@ def _parse_line(source: str, number: int, raw: str) -> tuple[list[dict[str, str]
     if isinstance(entry.get("prompt"), str) and entry["prompt"].strip():
         return [{"role": "user", "content": entry["prompt"]}], category
     messages = entry.get("messages")
+    conversation = entry.get("conversations")
+    if messages is None and isinstance(conversation, list):  # ModelOpt's format: the turns the target answers
+        first = next((i for i, item in enumerate(conversation) if isinstance(item, dict)
+                      and item.get("role") == "assistant"), len(conversation))
+        messages = conversation[:first]
     if not isinstance(messages, list) or not messages:
         raise UsageError(f"{where}: {EXPECTED}")
     return [_message(where, index, item) for index, item in enumerate(messages)], category

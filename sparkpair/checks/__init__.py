@@ -10,8 +10,8 @@ and names them as `Facts.every` (`both nodes`, `all N nodes`).
 Holds the findings model here; `catalog` (order, launch-critical ids), `node`, `links`, `crossing`
 (links.crossed: whose interface answered each twin's address), `roce`,
 `engine` (the checks and the probes each judges), `deep` (the verdicts on doctor --deep's MPI jobs),
-`nccltests` (the pure parser of an all_gather_perf run that deep.nccl judges) and `playbook` (drift
-from NVIDIA's playbooks, judged from the inventory alone). Judges only: what
+`nccltests` (the pure parser of an all_gather_perf run that deep.nccl judges), `training` (train-draft's
+training image on the head) and `playbook` (drift from NVIDIA's playbooks, judged from the inventory alone). Judges only: what
 gathers the facts and runs the jobs (`engine.collect`, `engine.doctor`, `engine.mpijobs`) sits beside
 the flows that run it. May import: only the layers below its own in pyproject.toml's `[tool.importlinter]`
 (probes, runtimes, render, inventory, transport for types, the leaf modules).

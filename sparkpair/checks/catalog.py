@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkpair.checks import CheckFunction, engine, links, node, playbook, roce, selected
+from sparkpair.checks import CheckFunction, engine, links, node, playbook, roce, selected, training
 
 CHECKS: list[tuple[str, CheckFunction]] = [
     ("inventory", node.check_inventory),
@@ -19,6 +19,7 @@ CHECKS: list[tuple[str, CheckFunction]] = [
     ("models", engine.check_models),
     ("memory", node.check_memory),
     ("clock", node.check_clock),
+    ("draft", training.check_training_image),
 ]
 
 # Judged from the inventory and the profile alone, after CHECKS, and never launch-critical: where the pair

@@ -7,11 +7,11 @@ and these checks are pure functions of it and the facts, like every other doctor
 from __future__ import annotations
 
 import functools
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkpair import boundedjson
 from sparkpair.checks import CheckFunction, Facts, Finding, fail, ok, roce, skip, warn
 from sparkpair.checks.nccltests import IB, SOCKET, NcclRun, parse_nccl_run
 from sparkpair.probes import host
@@ -59,7 +59,7 @@ def parse_stages(text: str) -> dict[str, Any]:
         stage, _, value = rest.partition(" ")
         if mark == MARK and stage:
             try:
-                stages[stage] = json.loads(value)
+                stages[stage] = boundedjson.loads(value)
             except ValueError:
                 continue
     return stages

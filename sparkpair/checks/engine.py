@@ -216,8 +216,13 @@ def _trained_draft(facts: Facts, nodes: list[str]) -> Iterable[Finding]:
                        f"is {profile.target} @ {revision[:12] or '?'}: its acceptance may be far lower",
                        f"sparkpair train-draft {profile.name} --name {profile.draft} (trains it again for this target)")
         else:
+            how = f", {record.mode} on {record.device} in {record.precision}" if record.mode else ""
+            vocab = f", draft vocabulary {record.draft_vocab_size} of {record.vocab_size}" \
+                if 0 < record.draft_vocab_size < record.vocab_size else \
+                (f", vocabulary {record.vocab_size}" if record.vocab_size else "")
             yield ok("models.draft-record", name, f"{profile.draft}: trained by sparkpair train-draft for {trained}, "
-                     f"{record.steps} steps, ModelOpt {record.modelopt_version or '?'}, data {record.data_sha256[:12]}")
+                     f"{record.steps} steps{how}{vocab}, ModelOpt {record.modelopt_version or '?'}, "
+                     f"data {record.data_sha256[:12]}")
 
 
 def _cache_findings(name: str, node_facts: NodeFacts, cache: str, missing_bytes: float) -> Iterable[Finding]:

@@ -61,6 +61,7 @@ def inventory_show(app: App, as_json: bool) -> None:
     import yaml
 
     from sparkpair import report
+    from sparkpair.engine import credentials
     from sparkpair.inventory import json_data
     from sparkpair.runtimes import engine_sections
 
@@ -68,6 +69,7 @@ def inventory_show(app: App, as_json: bool) -> None:
     data = json_data(inv)
     data["engines"] = engine_sections(inv)
     data["models"] = json_data(inv.profiles)
+    data = credentials.masked(data, credentials.known(inv))  # an engine's API key is not shown
     if as_json:
         report.emit_json(data)
     else:

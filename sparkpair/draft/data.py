@@ -83,12 +83,13 @@ def answer_text(raw: bytes) -> str:
     return message.get("content").text(default="") or message.get("reasoning_content").text(default="")
 
 
-def generate_one(host: str, port: int, model: str, messages: Messages, max_tokens: int) -> str:
+def generate_one(host: str, port: int, model: str, messages: Messages, max_tokens: int,
+                 auth: dict[str, str] | None = None) -> str:
     """The target's greedy answer to MESSAGES; SparkpairError (one line) when there is none."""
     body = json.dumps({"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0}).encode()
     reply = fetch_tcp(host, port, "POST", "/v1/chat/completions", body=body, cap=ANSWER_CAP,
                       timeout=GENERATE_BASE_S + GENERATE_PER_TOKEN_S * max_tokens,
-                      headers={"Content-Type": "application/json"})
+                      headers={"Content-Type": "application/json", **(auth or {})})  # auth: the engine's API key
     if reply.status != 200:
         raise SparkpairError(f"generating the training set: POST /v1/chat/completions: {reply.summary}",
                              hint="`sparkpair status` and `sparkpair logs` show what the server does")
@@ -111,11 +112,11 @@ def conversation_line(index: int, messages: Messages, answer: str) -> str:
 
 
 def generate(host: str, port: int, model: str, prompts: list[Messages], max_tokens: int,
-             advance: Callable[[int], None]) -> str:
+             advance: Callable[[int], None], auth: dict[str, str] | None = None) -> str:
     """The conversation JSONL of the target's answers to PROMPTS (ADVANCE(done) after each)."""
     lines = []
     for index, messages in enumerate(prompts):
-        answer = generate_one(host, port, model, messages, max_tokens)
+        answer = generate_one(host, port, model, messages, max_tokens, auth)
         lines.append(conversation_line(index, messages, answer))
         advance(index + 1)
     return "\n".join(lines) + "\n"

@@ -15,6 +15,7 @@ import json
 from importlib import resources
 from typing import Any
 
+from sparkpair import boundedjson
 from sparkpair.jsonfields import Field, ShapeError
 
 INSTALLER = "draft_install.py"
@@ -66,13 +67,16 @@ def training_record(*, name: str, profile: str, target: str, target_revision: st
               "transformers_version": str(trained.get("transformers_version", "")),
               "torch_version": str(trained.get("torch_version", "")),
               "world_size": trained.get("world_size", 1), "losses": trained.get("losses", [])[-5:],
-              "accuracy": trained.get("accuracy")}
+              "accuracy": trained.get("accuracy"), "mode": trained.get("mode", "online"),
+              "device": trained.get("device", "cpu"), "precision": trained.get("precision", "float32"),
+              "vocab_size": trained.get("vocab_size"), "draft_vocab_size": trained.get("draft_vocab_size"),
+              "vocab_coverage": trained.get("vocab_coverage")}
     return json.dumps(record, indent=1, sort_keys=True) + "\n"
 
 
 def parse_installed(stdout: str) -> tuple[str, dict[str, Any]]:
     """(commit, files) from the installer's one JSON line; ValueError when it is not that."""
-    data = json.loads(stdout.strip().splitlines()[-1] if stdout.strip() else "")
+    data = boundedjson.loads(stdout.strip().splitlines()[-1] if stdout.strip() else "")
     commit, files = data.get("commit"), data.get("files")
     if not (isinstance(commit, str) and len(commit) == 40 and isinstance(files, dict)):
         raise ValueError("not the installer's answer")
@@ -82,19 +86,23 @@ def parse_installed(stdout: str) -> tuple[str, dict[str, Any]]:
 def parse_training(raw: bytes) -> dict[str, Any]:
     """The training script's training.json, the fields sparkpair keeps (typed; {} when it is not one)."""
     try:
-        data = json.loads(raw)
+        data = boundedjson.loads(raw)
     except ValueError:
         return {}
     if not isinstance(data, dict):
         return {}
     kept: dict[str, Any] = {key: str(data[key])[:64] for key in ("modelopt_version", "transformers_version",
-                                                                   "torch_version") if key in data}
+                                                                   "torch_version", "mode", "device", "precision")
+                            if key in data}
     losses = data.get("losses")
     if isinstance(losses, list):
         kept["losses"] = [float(x) for x in losses if isinstance(x, (int, float))][-20:]
     if isinstance(data.get("accuracy"), float):
         kept["accuracy"] = data["accuracy"]
-    for key in ("steps", "world_size", "conversations"):
-        if isinstance(data.get(key), int):
+    for key in ("steps", "world_size", "conversations", "samples", "vocab_size", "draft_vocab_size"):
+        if isinstance(data.get(key), int) and not isinstance(data.get(key), bool):
             kept[key] = data[key]
+    for key in ("vocab_coverage", "seconds", "tokens_per_s"):
+        if isinstance(data.get(key), (int, float)) and not isinstance(data.get(key), bool):
+            kept[key] = float(data[key])
     return kept

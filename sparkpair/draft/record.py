@@ -14,10 +14,11 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from sparkpair import paths
+from sparkpair import boundedjson, paths
 from sparkpair.transport import Node, Shell
 
-STEPS = ("data", "train", "export", "evaluate")
+STEPS = ("data", "hidden", "train", "export", "evaluate")
+OPTIONAL = ("hidden",)      # offline training's step only: an online run's record has none
 RECORD_CAP = 1 << 20        # bytes of a record read back from the head
 # A draft's name as the operator gives it: a hub-style repo id, ORG/NAME, each part 1-96 characters of
 # letters, digits, '.', '_' and '-', not starting with '.' or '-' (so never '..', '/', or a control character).
@@ -79,7 +80,7 @@ class DraftRecord:
         """The record in RAW when it is one for NAME and PROFILE that this version reads; else a new, empty one."""
         fresh = cls(name, profile)
         try:
-            data = json.loads(raw)
+            data = boundedjson.loads(raw)
         except ValueError:
             return fresh
         if not isinstance(data, dict) or data.get("name") != name or data.get("profile") != profile:
@@ -89,6 +90,8 @@ class DraftRecord:
             return fresh
         for step in STEPS:
             item = steps.get(step)
+            if item is None and step in OPTIONAL:
+                continue
             if not isinstance(item, dict):
                 break  # a step is only trusted when every step before it is
             inputs, finished, outputs = item.get("inputs"), item.get("finished"), item.get("outputs", {})

@@ -1,9 +1,11 @@
-"""The training step: NVIDIA ModelOpt's Eagle3 recipe (`data/train_eagle3.py`, shipped to each training node)
-in a container of the training image on the head, or data parallel on the inventory's first K nodes (head
+"""The training's container: NVIDIA ModelOpt's Eagle3 recipe (`data/train_eagle3.py`, shipped to each training
+node) in a container of the training image on the head, or data parallel on the inventory's first K nodes (head
 first, `--nodes K`) under torchrun, each node on its own QSFP twin toward the head (`rendezvous_of`: the
-interface the runtimes give it, `render.recipe.ports_toward_head`); the target read from the node's HF cache
-(read-only, through the stable link launch made for it), the data and the output in the draft's working
-folder; one progress event per training step, read from the head's own lines.
+interface the runtimes give it, `render.recipe.ports_toward_head`); the target (offline: only its embedding
+and LM head) and the hidden states read from the node's HF cache (read-only, through the stable links launch
+made for them), the data and the output in the draft's working folder; on a GPU the container gets the GPUs
+(`--gpus all`, as the engine containers do) and trains in bf16, on a CPU in float32; one progress event per
+training step, read from the head's own lines.
 
 The container's output is hostile: only whole lines matching PROGRESS (anchored, bounded, linear) count
 as progress; everything else is kept as the log's last lines for the error. The container is named, so an
@@ -18,7 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
 
+from sparkpair.errors import UsageError
 from sparkpair.inventory import Inventory
+from sparkpair.inventory.schema import IMAGE_REF
+from sparkpair.inventory.validation import Problem
+from sparkpair.probes import training
 from sparkpair.render.recipe import HF_HOME, model_link, ports_toward_head
 from sparkpair.transport import Node, Shell
 
@@ -26,12 +32,24 @@ SCRIPT = "train_eagle3.py"
 CONTAINER = "sparkpair-train-draft"
 WORK = "/work"                      # the draft's working folder, inside the container
 OUTPUT = "train"                    # the script's output under it: draft/ (the export) and training.json
-DEFAULT_IMAGE = "nvcr.io/nvidia/pytorch:25.06-py3"   # ModelOpt's README's image; it must hold nvidia-modelopt[hf]
+DEFAULT_IMAGE = training.DEFAULT_IMAGE   # ModelOpt's README's image; it must hold nvidia-modelopt[hf]
+ERROR = "sparkpair-train error:"    # the script's one-line refusal
 PROGRESS = re.compile(r"sparkpair-train step=(\d{1,9})/(\d{1,9}) loss=([0-9.eE+-]{1,32}|nan|inf)(?: acc=([0-9.]{1,8}))?")
 DONE = "sparkpair-train done"
 LINE_CAP = 400                      # characters of one output line looked at
 TAIL_LINES = 12
 MASTER_PORT = 29511                 # torchrun's rendezvous on the head (vLLM's own is 29501)
+
+
+def check_image(image: str) -> str:
+    """IMAGE when it is a container image reference (the inventory's own rule for `container.image`); UsageError
+    naming --image otherwise (a value starting with '-' would become an option of `docker run`)."""
+    problems: list[Problem] = []
+    IMAGE_REF.parse(image, ("--image",), problems)
+    if problems:
+        raise UsageError(f"--image {problems[0].got}: expected {problems[0].expected}",
+                         hint="an image holding nvidia-modelopt[hf] (docs/runbooks.md#train-draft-image)")
+    return image
 
 
 def script_text() -> str:
@@ -81,13 +99,31 @@ def rendezvous_of(inventory: Inventory, nodes: int, rank: int) -> Rendezvous:
     return Rendezvous(nodes, rank, str(inventory.head.links[head_port].ip), own_port)
 
 
-def train_command(*, image: str, hf_cache: str, work: str, target: str, steps: int, seed: int,
-                  user: str, rendezvous: Rendezvous | None = None) -> Shell:
+@dataclass(frozen=True)
+class Recipe:
+    """How the script trains: steps and seed, the device (cuda: bf16, cpu: float32), the longest sample, the draft
+    vocabulary (0: the target's), and offline the hidden states' repo and the draft config's auxiliary layers."""
+
+    steps: int
+    seed: int = 0
+    device: str = "cpu"
+    max_length: int = 2048
+    draft_vocab: int = 0
+    hidden_repo: str = ""
+    aux_layers: tuple[int, ...] = ()
+
+
+def train_command(*, image: str, hf_cache: str, work: str, target: str, recipe: Recipe, user: str,
+                  rendezvous: Rendezvous | None = None) -> Shell:
     """`docker run` of the training on one node: the HF cache read-only, the working folder read-write, as the
-    node's user (USER is `uid:gid`); no network on one node, the host's (the QSFP twins) under torchrun across
-    nodes. The script writes WORK/train (rank 0)."""
-    script = Shell("{} --target {} --data {} --steps {} --seed {} --out {}", f"{WORK}/{SCRIPT}", model_link(target),
-                   f"{WORK}/data.jsonl", steps, seed, f"{WORK}/{OUTPUT}")
+    node's user (USER is `uid:gid`); the GPUs when it trains on cuda; no network on one node, the host's (the QSFP
+    twins) under torchrun across nodes. The script writes WORK/train (rank 0)."""
+    offline = Shell("--mode offline --hidden-states {} --aux-layers {}", model_link(recipe.hidden_repo),
+                    ",".join(str(layer) for layer in recipe.aux_layers)) if recipe.hidden_repo else Shell("--mode online")
+    script = Shell.compose([
+        Shell("{} --target {} --data {} --steps {} --seed {} --out {} --device {} --max-length {} --draft-vocab {}",
+              f"{WORK}/{SCRIPT}", model_link(target), f"{WORK}/data.jsonl", recipe.steps, recipe.seed,
+              f"{WORK}/{OUTPUT}", recipe.device, recipe.max_length, recipe.draft_vocab), offline], " ")
     if rendezvous is None:
         network, launcher = Shell("--network none"), Shell("python")
     else:
@@ -95,8 +131,10 @@ def train_command(*, image: str, hf_cache: str, work: str, target: str, steps: i
                         f"NCCL_SOCKET_IFNAME={rendezvous.interface}")
         launcher = Shell("torchrun --nnodes {} --node-rank {} --nproc-per-node 1 --master-addr {} --master-port {}",
                          rendezvous.nodes, rendezvous.rank, rendezvous.master_addr, rendezvous.port)
+    gpus = Shell("--gpus all --ipc host --ulimit memlock=-1 --ulimit stack=67108864") if recipe.device == "cuda" \
+        else Shell("")
     return Shell.compose([
-        Shell("docker run --rm --name {}", CONTAINER), network,
+        Shell("docker run --rm --name {}", CONTAINER), network, gpus,
         Shell("--user {} --env {} --env HF_HUB_OFFLINE=1 -v {} -v {} {}", user, f"HOME={WORK}/home",
               f"{hf_cache}:{HF_HOME}:ro", f"{work}:{WORK}", image),
         launcher, script, Shell("2>&1")], " ")

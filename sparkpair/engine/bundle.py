@@ -34,15 +34,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkpair import __version__, paths, probes
+from sparkpair.engine import credentials
 from sparkpair.engine.redact import redact
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory, hftoken
 from sparkpair.probes import Probe, ProbeFailure, expanded_path, parse_sections, printable, section
 from sparkpair.progress import Event, Progress
 from sparkpair.render import recipe
+from sparkpair.safetext import visible
 from sparkpair.transport import Node, Pair, Shell
 
 FILE_LIMIT = 8 << 20                 # bytes kept of one file (its end: a log's last part)
+TREE_LIMIT = 32 << 20                # bytes of one directory's files (each at most FILE_LIMIT); the rest is skipped
+ROUND_CAP = 192 << 20                # the most one node's round prints (three trees and the logs, base64-encoded)
+ROUND_TIMEOUT_S = 300.0
 DMESG = r"NVRM|AER|[Oo]ut of memory|oom-kill|oom_reaper|Killed process|Memory cgroup out of memory"
 NEVER = (paths.SECRETS_DIR + " (the HF token)", "~/.ssh (keys)", "private keys, tokens and passwords anywhere")
 
@@ -108,10 +113,14 @@ def _ask(name: str, command: Shell, sectioned: bool = False) -> Probe[object]:
 
 def _tree(prefix: Shell) -> Shell:
     """After prefix (which cds into a directory or exits 0), every file under it as sections (`probes.section`)
-    named by their relative paths (a path holding a newline is not listed: `read` would cut it in two)."""
+    named by their relative paths (a path holding a newline is not listed: `read` would cut it in two), the last
+    FILE_LIMIT bytes of each, until TREE_LIMIT bytes in all (the files after that are named on stderr)."""
     return Shell.compose([prefix, Shell(
-        "find . -type f ! -path '*\n*' | sort | while IFS= read -r f; do "
-        + section('"${f#./}"', 'tail -c {} "$f"') + "; done; true", str(FILE_LIMIT))], "")
+        "t=0; find . -type f ! -path '*\n*' | sort | while IFS= read -r f; do "
+        's=$(stat -c %s "$f" 2>/dev/null || echo 0); [ "$s" -gt {} ] && s={}; t=$((t + s)); '
+        'if [ "$t" -gt {} ]; then printf \'skipped %s: over {} bytes in all\\n\' "$f" >&2; continue; fi; '
+        + section('"${f#./}"', 'tail -c {} "$f"') + "; done; true",
+        str(FILE_LIMIT), str(FILE_LIMIT), str(TREE_LIMIT), str(TREE_LIMIT), str(FILE_LIMIT))], "")
 
 
 def node_probes(inventory: Inventory, node: str, head: bool) -> dict[str, Probe[object]]:
@@ -135,7 +144,7 @@ def node_probes(inventory: Inventory, node: str, head: bool) -> dict[str, Probe[
         "gpu/nvidia-smi-q.txt": Shell("nvidia-smi -q"),
         "kernel/dmesg-nvrm-aer-oom.txt": Shell(
             "if ! out=$( (sudo -n dmesg 2>/dev/null || dmesg) 2>&1 ); then echo \"dmesg not readable: $out\" >&2; exit 3; "
-            "fi; printf '%s\\n' \"$out\" | grep -E {} | tail -n 300; true", DMESG),
+            "fi; printf '%s\\n' \"$out\" | grep -E {} | tail -n 300 | tail -c {}; true", DMESG, str(FILE_LIMIT)),
         "memory/meminfo.txt": Shell("cat /proc/meminfo"),
         "memory/free.txt": Shell("free -b"),
         "network/ip-addr.json": Shell("ip -j addr show"),
@@ -144,7 +153,7 @@ def node_probes(inventory: Inventory, node: str, head: bool) -> dict[str, Probe[
         "network/ibdev2netdev.txt": Shell("ibdev2netdev"),
         "network/rdma-link.txt": Shell("rdma link show"),
         "engine/docker-inspect.json": Shell("docker container inspect {}", name),
-        "engine/docker-logs.txt": Shell("docker logs --tail 2000 {} 2>&1", name),
+        "engine/docker-logs.txt": Shell("docker logs --tail 2000 {} 2>&1 | tail -c {}", name, str(FILE_LIMIT)),
         "engine/docker-ps.txt": Shell("docker ps -a --no-trunc"),
     }
     for interface in inventory.node(node).links:
@@ -169,7 +178,7 @@ def node_probes(inventory: Inventory, node: str, head: bool) -> dict[str, Probe[
 def collect_node(connection: Node, inventory: Inventory, head: bool) -> tuple[list[Collected], list[str]]:
     """Everything the bundle holds from one node (one round trip), and what could not be read, with why."""
     asked = node_probes(inventory, connection.name, head)
-    facts = probes.gather(connection, list(asked.values()), timeout=300)
+    facts = probes.gather(connection, list(asked.values()), timeout=ROUND_TIMEOUT_S, cap=ROUND_CAP)
     files, missing = [], []
     for path, probe in asked.items():
         value = facts.get(probe)
@@ -212,14 +221,15 @@ def bundle(pair: Pair, inventory: Inventory, out: Path, inventory_file: Path | N
     if inventory_file is not None and inventory_file.is_file():
         files.append(Collected("inventory.yaml", inventory_file.read_text(encoding="utf-8", errors="replace"),
                                str(inventory_file)))
-    _write(result, files, out, inventory.cluster.name)
+    _write(result, files, out, inventory.cluster.name, credentials.known(inventory))
     return result
 
 
-def _write(result: BundleResult, files: list[Collected], out: Path, cluster: str) -> None:
-    """Redact files into the archive at out, under one top directory; a file whose path is not a plain relative
-    path (`member_path`), or is one already written, is left out and listed as not collected."""
-    token = hftoken.find_token()
+def _write(result: BundleResult, files: list[Collected], out: Path, cluster: str, secrets: list[str] | None = None) -> None:
+    """Redact files into the archive at out, under one top directory (secrets: the engine's, by value; every runtime's
+    secret options by name); a file whose path is not a plain relative path (`member_path`), or is one already
+    written, is left out and listed as not collected."""
+    token, options = hftoken.find_token(), credentials.secret_option_names()
     top = out.name.removesuffix(".tar.gz").removesuffix(".tgz")
     top = top if member_path(top) == top else "sparkpair-bundle"
     entries: dict[str, bytes] = {}
@@ -229,7 +239,7 @@ def _write(result: BundleResult, files: list[Collected], out: Path, cluster: str
             result.missing.append(f"{item.path!r} (from {item.source}): refused: not a plain relative file name, "
                                   "or one already in the bundle")
             continue
-        text, counts = redact(item.text, [token] if token else [])
+        text, counts = redact(item.text, [token, *(secrets or [])] if token else secrets or [], options)
         entries[path] = text.encode("utf-8", "replace")
         result.files.append((path, len(entries[path]), item.source, counts))
     manifest = _manifest(result, cluster).encode()
@@ -266,6 +276,6 @@ def _manifest(result: BundleResult, cluster: str) -> str:
              f"Redacted values are replaced by [REDACTED]: {result.redactions} in all.", "", "Files:"]
     for path, size, source, counts in result.files:
         redacted = ", ".join(f"{count} {kind}" for kind, count in sorted(counts.items())) or "nothing"
-        lines.append(f"  {path}  ({size} bytes; from {source}; redacted: {redacted})")
-    lines += ["", "Not collected:"] + [f"  {item}" for item in result.missing or ["nothing"]]
-    return "\n".join(lines) + "\n"
+        lines.append(visible(f"  {path}  ({size} bytes; from {source}; redacted: {redacted})", lines=False))
+    lines += ["", "Not collected:"] + [visible(f"  {item}", lines=False) for item in result.missing or ["nothing"]]
+    return "\n".join(lines) + "\n"  # what a node said is shown inert: `cat MANIFEST.txt` acts on nothing

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from sparkpair import apply, paths, probes, registry, render
 from sparkpair.checks import Facts, Finding, Status, selected
 from sparkpair.checks.catalog import is_launch_critical
-from sparkpair.engine import containers, diagnose, fabric, lifecycle, modelsync, stages, watch
+from sparkpair.engine import containers, credentials, diagnose, fabric, lifecycle, modelsync, stages, watch
 from sparkpair.engine.doctor import examine
 from sparkpair.engine.readiness import Readiness, wait_ready
 from sparkpair.engine.state import LaunchState, read_state, write_state
@@ -215,8 +215,9 @@ def _apply(run: _Run, changes: list[apply.Change]) -> LaunchResult:
             raise run.interrupted()
         if not all(outcome.ok for outcome in outcomes.values()):
             return LaunchResult(outcomes=outcomes)
-    run.stage = "placing the HF token"
+    run.stage = "placing the HF token and the engine's secrets"
     _place_token(pair, nodes)
+    credentials.place(pair, nodes, credentials.values(run.runtime, run.profile))
     run.stage = "starting the engine containers"
     started = _start_containers(run)
     starts = run.runtime.starts(inventory, run.profile, nodes)
@@ -319,7 +320,8 @@ def _wait(head: Node, run: _Run) -> Readiness:
     starts = run.runtime.starts(run.inventory, run.profile, run.nodes)
     readiness = wait_ready(head, run.inventory.server.port, run.profile.target, run.options.timeout,
                            lambda: lifecycle.first_exit(run.pair, run.inventory, starts),
-                           lambda text: run.say(head.name, text), run.runtime.watch, watch=stalled, api=run.runtime.api)
+                           lambda text: run.say(head.name, text), run.runtime.watch, watch=stalled, api=run.runtime.api,
+                           headers=credentials.api_headers(run.runtime, run.profile))
     watchdog.finish("ready" if readiness.ready else "stalled" if readiness.stalled else "stopped waiting")
     return readiness
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkpair import paths, registry
-from sparkpair.engine import containers
+from sparkpair.engine import containers, credentials
 from sparkpair.engine.readiness import HEALTH_CAP, served_models
 from sparkpair.engine.state import LaunchState, read_state, write_state
 from sparkpair.errors import SparkpairError, last_line
@@ -33,11 +33,11 @@ LOG = recipe.LOG_DIR
 SERVE_LOG = f"{LOG}/serve.log"
 
 
-def serve_wrapper(argv: list[str], log: str = "serve") -> list[str]:
+def serve_wrapper(argv: list[str], log: str = "serve", secret_env: tuple[str, ...] = ()) -> list[str]:
     """sh -c that runs argv with output to LOG/<log>.log, recording its pid (<log>.pid) and finally its exit code
-    (exit_code for the serve command, <log>.exit_code for the others)."""
+    (exit_code for the serve command, <log>.exit_code for the others); secret_env, exported from their files."""
     done = f"{LOG}/{_exit_file(log)}"
-    script = (f"mkdir -p {LOG} && rm -f {done} && echo $$ > {LOG}/{log}.pid && "
+    script = (f"mkdir -p {LOG} && rm -f {done} && echo $$ > {LOG}/{log}.pid && {recipe.secret_exports(secret_env)}"
               f"{shlex.join(argv)} > {LOG}/{log}.log 2>&1; echo $? > {done}")
     return ["sh", "-c", script]
 
@@ -48,7 +48,8 @@ def _exit_file(log: str) -> str:
 
 def start(connection: Node, inventory: Inventory, command: Start) -> None:
     """Start one of the runtime's commands, detached, in the node's engine container."""
-    docker_cli.exec_detached(connection, inventory.container.name, serve_wrapper(command.argv, command.log))
+    docker_cli.exec_detached(connection, inventory.container.name,
+                             serve_wrapper(command.argv, command.log, command.secret_env))
 
 
 def wait_until(connection: Node, inventory: Inventory, command: Start, timeout_s: float = 120.0) -> None:
@@ -58,11 +59,12 @@ def wait_until(connection: Node, inventory: Inventory, command: Start, timeout_s
     while time.monotonic() < deadline:
         if _in_engine(connection, inventory, command.until)[0] == 0:
             return
-        _, ended = _in_engine(connection, inventory, f"cat {LOG}/{_exit_file(command.log)} 2>/dev/null || true")
+        ended_file = docker_cli.regular_head(f"{LOG}/{_exit_file(command.log)}")
+        _, ended = _in_engine(connection, inventory, f"{ended_file} 2>/dev/null || true")
         if ended.strip():
             break
         time.sleep(1.0)
-    _, tail = _in_engine(connection, inventory, f"tail -n 3 {LOG}/{command.log}.log 2>/dev/null || true")
+    _, tail = _in_engine(connection, inventory, docker_cli.tails([f"{LOG}/{command.log}.log"], 3))
     raise SparkpairError(f"not seen within {timeout_s:.0f} s: {command.until_means} "
                          f"({shlex.join(command.argv[:3])}: {last_line(tail, 'no output')})", node=connection.name,
                          hint="sparkpair logs; sparkpair bundle")
@@ -76,9 +78,9 @@ def first_exit(pair: Pair, inventory: Inventory, starts: list[Start]) -> int | N
         by_node.setdefault(command.node, []).append(_exit_file(command.log))
 
     def read(connection: Node) -> int | None:
-        files = " ".join(f"{LOG}/{name}" for name in by_node[connection.name])
+        files = "; ".join(docker_cli.regular_head(f"{LOG}/{name}") for name in by_node[connection.name])
         try:
-            _, output = _in_engine(connection, inventory, f"cat {files} 2>/dev/null | head -n 1")
+            _, output = _in_engine(connection, inventory, f"{{ {files}; }} 2>/dev/null | head -n 1")
         except docker_cli.ContainerNotRunning:
             return 137
         text = output.strip()
@@ -90,20 +92,22 @@ def first_exit(pair: Pair, inventory: Inventory, starts: list[Start]) -> int | N
 
 
 def _in_engine(connection: Node, inventory: Inventory, script: str) -> tuple[int, str]:
-    """A shell script in the node's engine container: (exit code, output); the container must run."""
+    """A shell script in the node's engine container: (exit code, output), read with exec_in's deadline and byte
+    cap; the container must run."""
     return docker_cli.exec_in(connection, inventory.container.name, ["sh", "-c", script])
 
 
 def exit_code(head: Node, inventory: Inventory) -> int | None:
     """The serve command's exit code once it has ended, else None."""
-    _, output = _in_engine(head, inventory, f"cat {LOG}/exit_code 2>/dev/null || true")
+    _, output = _in_engine(head, inventory, f"{docker_cli.regular_head(f'{LOG}/exit_code')} 2>/dev/null || true")
     return int(output.strip()) if output.strip().lstrip("-").isdigit() else None
 
 
 def engine_running(head: Node, inventory: Inventory) -> bool:
     """Whether the serve command started by sparkpair is still alive in the head container."""
     try:
-        code, _ = _in_engine(head, inventory, f"test ! -e {LOG}/exit_code && kill -0 $(cat {LOG}/serve.pid)")
+        pid = docker_cli.regular_head(f"{LOG}/serve.pid")
+        code, _ = _in_engine(head, inventory, f'test ! -e {LOG}/exit_code && kill -0 "$({pid})"')
     except docker_cli.ContainerNotRunning:
         return False
     return code == 0
@@ -154,8 +158,7 @@ def rank_logs(connection: Node, inventory: Inventory, runtime: Runtime, rank: in
 def tail_files(connection: Node, inventory: Inventory, files: list[str], tail: int) -> str:
     """The last tail lines of files in the node's engine container; "" when the container is gone."""
     try:
-        _, output = _in_engine(connection, inventory,
-                               f"tail -q -n {int(tail)} {' '.join(map(shlex.quote, files))} 2>/dev/null || true")
+        _, output = _in_engine(connection, inventory, docker_cli.tails(files, tail))
     except docker_cli.ContainerNotRunning:
         return ""
     return output
@@ -218,13 +221,15 @@ def launch_nodes(inventory: Inventory, state: LaunchState | None) -> list[str]:
     return kept or known
 
 
-def generate_one_token(serving: Node, port: int, model: str, api: ServingApi = OPENAI) -> tuple[bool, str]:
+def generate_one_token(serving: Node, port: int, model: str, headers: dict[str, str] | None = None,
+                       api: ServingApi = OPENAI) -> tuple[bool, str]:
     """A one-token generation through every rank: (answered, what happened). Answered means a 200 whose body
-    is a generation (the OpenAI server's: `choices[0].text` a string), all within GENERATION_TIMEOUT_S."""
+    is a generation (the OpenAI server's: `choices[0].text` a string), all within GENERATION_TIMEOUT_S;
+    headers: the engine's Authorization."""
     request = api.token_request(model)
     started = time.monotonic()
     answer = serving.http(port, "POST", request.path, body=json.dumps(request.body).encode(),
-                          timeout=GENERATION_TIMEOUT_S)
+                          timeout=GENERATION_TIMEOUT_S, headers=headers)
     took = time.monotonic() - started
     if answer is None:
         return False, f"nothing listens on port {port}"
@@ -237,10 +242,12 @@ def generate_one_token(serving: Node, port: int, model: str, api: ServingApi = O
     return True, f"ok in {took:.2f} s"
 
 
-def served_model_ids(serving: Node, port: int, model: str = "", api: ServingApi = OPENAI) -> tuple[list[str], str]:
+def served_model_ids(serving: Node, port: int, model: str = "", headers: dict[str, str] | None = None,
+                     api: ServingApi = OPENAI) -> tuple[list[str], str]:
     """(the model ids the server shows served, "") or ([], why it shows none: its answer failed or was malformed,
-    or it lists none); model: the one launched, when known (a server that answers for one model at a time)."""
-    listed, problem = served_models(serving, port, model, api)
+    or it lists none); model: the one launched, when known (a server that answers for one model at a time);
+    headers: the engine's Authorization."""
+    listed, problem = served_models(serving, port, model, headers, api)
     return listed, problem or ("" if listed else f"{api.models(model)} lists no model")
 
 
@@ -269,14 +276,15 @@ def status(pair: Pair, inventory: Inventory) -> Status:
     if cluster and result.nodes[names[0]]["container"] == "running":
         result.cluster = last_line(_in_engine(serving, inventory, cluster)[1], "")
     port, api = inventory.server.port, runtime.api
+    auth = credentials.launched_headers(inventory, runtime, state.profile) if state else {}
     health = serving.http(port, "GET", api.health, timeout=5, cap=HEALTH_CAP)
     result.health = "down" if health is None else ("ok" if health.status == 200 else health.summary)
     if health is not None and health.status:
-        listed, result.model_problem = served_model_ids(serving, port, launched_target(inventory, state), api)
+        listed, result.model_problem = served_model_ids(serving, port, launched_target(inventory, state), auth, api)
         result.model = ",".join(listed)
     generated = False
     if result.health == "ok" and result.model:
-        generated, result.generation = generate_one_token(serving, port, result.model.split(",")[0], api)
+        generated, result.generation = generate_one_token(serving, port, result.model.split(",")[0], auth, api)
     names_of = runtime.metrics
     metrics = serving.http(runtime.metrics_port(inventory), "GET", names_of.path, timeout=5, cap=prometheus.TEXT_CAP) \
         if health is not None and health.status else None

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sparkpair import paths
+from sparkpair import boundedjson, paths
 from sparkpair.engine.meter import Meter, size
 from sparkpair.errors import SparkpairError, last_line
 from sparkpair.inventory import Inventory
@@ -156,7 +156,7 @@ def record(line: str | None) -> tuple[str, dict[str, Any]]:
     kind, _, rest = (line or "").partition(" ")
     if kind in ("progress", "listening", "result", "note"):
         with contextlib.suppress(ValueError):
-            value = json.loads(rest)
+            value = boundedjson.loads(rest)
             if isinstance(value, dict):
                 return kind, value
     return "", {}

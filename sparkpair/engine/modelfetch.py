@@ -16,6 +16,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from sparkpair import boundedjson
 from sparkpair.engine.meter import Meter, size
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory
@@ -26,6 +27,7 @@ from sparkpair.render import recipe
 from sparkpair.transport import Node, Pair, Shell, docker_cli
 
 DOWNLOAD_ENV = {"HOME": "/tmp", "HF_HUB_OFFLINE": "0"}
+STAGED_COPY_S = 4 * 3600.0  # a local copy of a whole model (Qwen3-235B: about 130 GB) on a slow disk
 
 
 def _user(node: Node) -> str:
@@ -83,7 +85,7 @@ def download(node: Node, inventory: Inventory, repo: str, progress: Progress,
         kind, _, rest = line.partition(" ")
         if kind == "progress":
             with contextlib.suppress(ValueError, KeyError, TypeError):
-                now = int(json.loads(rest)["bytes"])
+                now = int(boundedjson.loads(rest)["bytes"])
                 base[:] = base or [now]
                 meter.update(max(0, now - base[0]))
         elif line.strip() and not line.lstrip().startswith(("Fetching", "[dry-run]")):
@@ -112,7 +114,7 @@ def copy_staged(head: Node, inventory: Inventory, repo: str, source: str, progre
     """Copy repo's cache directory from a staged HF cache on the head (local:PATH)."""
     staged = f"{source.removeprefix('local:').rstrip('/')}/{recipe.repo_dirname(repo)}"
     target = f"{recipe.hf_cache_on_node(inventory, head.home)}/hub/"
-    result = head.run(Shell("test -d {} && rsync -a --mkpath {} {}", staged, staged, target))
+    result = head.run(Shell("test -d {} && rsync -a --mkpath {} {}", staged, staged, target), timeout=STAGED_COPY_S)
     if not result.ok:
         raise SparkpairError(f"{repo} is not in the staged cache {staged} ({result.stderr.strip() or 'missing'})",
                              node=head.name, hint="copy the models--org--name directory there first")

@@ -10,11 +10,10 @@ verified snapshot on every node so the engine config never names a revision.
 
 from __future__ import annotations
 
-import json
 import threading
 from dataclasses import dataclass, field
 
-from sparkpair import probes
+from sparkpair import boundedjson, probes
 from sparkpair.checks.engine import hub_probe, hub_verdict
 from sparkpair.engine import modelcopy, modelfetch
 from sparkpair.engine.meter import Meter, size
@@ -74,7 +73,7 @@ def verify(connection: Node, inventory: Inventory, repos: list[str], progress: P
         lines.append(line)
         kind, _, rest = line.partition(" ")
         if kind == "progress":
-            value = json.loads(rest)
+            value = boundedjson.loads(rest)
             if value.get("total"):
                 meter.total = float(value["total"])
                 meter.update(float(value.get("done", 0)))

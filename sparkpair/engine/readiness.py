@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -37,21 +37,24 @@ class Readiness:
     stalled: bool = False
 
 
-def probe_stage(head: Node, port: int, model: str, api: ServingApi = OPENAI) -> tuple[str, str]:
-    """The first stage that does not pass yet ("ready" when all do), with what was seen. A malformed or
-    oversized answer, or one too slow, is what was seen at its stage: never an exception."""
+def probe_stage(head: Node, port: int, model: str, headers: Mapping[str, str] | None = None,
+                api: ServingApi = OPENAI) -> tuple[str, str]:
+    """The first stage that does not pass yet ("ready" when all do), with what was seen (headers: the engine's
+    Authorization, sent with every request but the health check's). A malformed or oversized answer, or one too
+    slow, is what was seen at its stage: never an exception."""
     health = head.http(port, "GET", api.health, timeout=5, cap=HEALTH_CAP)
     if health is None:
         return "port", f"nothing listens on port {port} yet"
     if health.status != 200:
         return "health", f"{api.health}: {health.summary}"
-    listed, problem = served_models(head, port, model, api)
+    listed, problem = served_models(head, port, model, headers, api)
     if problem:
         return "models", problem
     if model not in listed:
         return "models", f"{api.models(model)} lists {listed or 'nothing'}, not {model}"
     request = api.ready_request(model)
-    answer = head.http(port, "POST", request.path, body=json.dumps(request.body).encode(), timeout=60)
+    answer = head.http(port, "POST", request.path, body=json.dumps(request.body).encode(), timeout=60,
+                       headers=headers)
     if answer is None or answer.status != 200:
         return "completion", f"{api.generation_words} failed ({answer.summary if answer else 'no answer'})"
     try:
@@ -61,11 +64,12 @@ def probe_stage(head: Node, port: int, model: str, api: ServingApi = OPENAI) -> 
     return ("ready", text.strip()) if text.strip() else ("completion", "the completion came back empty")
 
 
-def served_models(head: Node, port: int, model: str, api: ServingApi = OPENAI) -> tuple[list[str], str]:
+def served_models(head: Node, port: int, model: str, headers: Mapping[str, str] | None = None,
+                  api: ServingApi = OPENAI) -> tuple[list[str], str]:
     """(the model ids the server shows served, "") or ([], why it shows none: its answer failed or was
-    malformed)."""
+    malformed); headers: the engine's Authorization."""
     path = api.models(model)
-    models = head.http(port, "GET", path, timeout=5)
+    models = head.http(port, "GET", path, timeout=5, headers=headers)
     if models is None or models.status != 200:
         return [], f"{path}: {models.summary if models else 'nothing listens'}"
     try:
@@ -77,7 +81,7 @@ def served_models(head: Node, port: int, model: str, api: ServingApi = OPENAI) -
 def wait_ready(head: Node, port: int, model: str, timeout: float,
                exited: Callable[[], int | None], progress: Callable[[str], None],
                cadence: Watch, watch: Callable[[], str | None] | None = None,
-               api: ServingApi = OPENAI) -> Readiness:
+               api: ServingApi = OPENAI, headers: Mapping[str, str] | None = None) -> Readiness:
     """Poll until ready, the engine exits, the watch reports a stall (its words), or timeout; progress gets
     each new stage. The exit check (a docker exec, 0.1-0.4 s) and the watch (both nodes) run beside the
     0.2 s polls of the port, as often as cadence says, so neither delays seeing the server ready."""
@@ -94,7 +98,7 @@ def wait_ready(head: Node, port: int, model: str, timeout: float,
             stall = watching.poll() if watching is not None else None
             if stall:
                 return Readiness(False, seen or "port", stall, time.monotonic() - start, stalled=True)
-            stage, detail = probe_stage(head, port, model, api)
+            stage, detail = probe_stage(head, port, model, headers, api)
             if stage != seen:
                 seen = stage
                 progress(f"{stage}: {detail}" if stage != "ready" else f"ready (a completion answered: {detail!r})")

@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from sparkpair import paths, registry
+from sparkpair import boundedjson, paths, registry
 from sparkpair.transport import Node, Shell
 
 
@@ -42,7 +42,7 @@ class LaunchState:
     def from_json(cls, raw: bytes | str) -> LaunchState | None:
         """The state in raw; None when it is not a launch state this version understands."""
         try:
-            data = json.loads(raw)
+            data = boundedjson.loads(raw)
         except ValueError:
             return None
         if not isinstance(data, dict):

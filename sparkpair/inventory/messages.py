@@ -10,7 +10,8 @@ import typing
 from typing import Any
 
 from sparkpair.inventory import topology
-from sparkpair.inventory.validation import UNPRINTABLE, Location, Problem, shown
+from sparkpair.inventory.validation import Location, Problem, shown
+from sparkpair.safetext import visible
 
 if typing.TYPE_CHECKING:
     from sparkpair.inventory.schema import Inventory
@@ -22,8 +23,8 @@ _MPI_PARAMETER_VALUE = re.compile(r"[A-Za-z0-9_.,:/=@%+^ -]*")
 
 
 def one_line(text: str) -> str:
-    """text with every line-breaking or disguising character written as an escape (\\n, \\x1b)."""
-    return UNPRINTABLE.sub(lambda match: repr(match.group())[1:-1], text)
+    """text with every line-breaking or disguising character written as an escape (\\n, \\x1b, \\u200e)."""
+    return visible(text, lines=False)
 
 
 def field_path(loc: Location) -> str:

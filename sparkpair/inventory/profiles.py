@@ -63,6 +63,25 @@ MODEL_FACTS = ("description", "target", "draft", "decoding_type", "max_draft_len
 TP_SIZES = (1, 2, 4, 8)
 
 
+FOLDER = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+
+
+def capture_problems(capture: dict[str, Any]) -> list[str]:
+    """What is wrong with a profile's capture_hidden_states (empty when it is off or right)."""
+    if not capture:
+        return []
+    layers, last, folder = capture.get("layers"), capture.get("last"), capture.get("folder")
+    problems = []
+    if not isinstance(last, int) or isinstance(last, bool) or not 0 < last <= 1024:
+        problems.append("capture_hidden_states.last: expected the target's layer count")
+    elif not isinstance(layers, list) or not layers or not all(
+            isinstance(x, int) and not isinstance(x, bool) and 0 <= x < last for x in layers):
+        problems.append("capture_hidden_states.layers: expected layer numbers below the layer count")
+    if not isinstance(folder, str) or not FOLDER.fullmatch(folder) or ".." in folder:
+        problems.append("capture_hidden_states.folder: expected one folder name (letters, digits, '.', '_', '-')")
+    return problems
+
+
 @dataclass(frozen=True, kw_only=True)
 class Profile:
     """One servable recipe: target, optional draft, parallelism, its runtime and that runtime's settings.
@@ -83,6 +102,10 @@ class Profile:
     # --extra_llm_api_options YAML; vLLM: speculative_config beyond the method, draft and length set above).
     engine_config: dict[str, Any] = spec(MappingOf(OPTION_NAME, Anything()), factory=dict)
     variants: dict[str, dict[str, Any]] = spec(MappingOf(RUNTIME, MappingOf(OPTION_NAME, Anything())), factory=dict)
+    # train-draft's offline mode: capture the target's hidden states instead of drafting ({"layers": the draft
+    # config's eagle_aux_hidden_state_layer_ids, "last": the target's layer count, "folder": one path component
+    # under HF_HOME/sparkpair-hidden}); each runtime renders it its own way (draft/hidden.py sets it).
+    capture_hidden_states: dict[str, Any] = spec(MappingOf(OPTION_NAME, Anything()), factory=dict)
     target_gib: float = spec(Number(0), 0.0)
     draft_gib: float = spec(Number(0), 0.0)
     headroom_gib: float = spec(Number(0), 8.0)

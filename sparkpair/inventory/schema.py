@@ -95,16 +95,31 @@ NODE_PATH_EXPECTED = ("a directory under ~ or an absolute path outside the syste
                       "e.g. ~/.cache/huggingface or /data/huggingface")
 
 
+# Directories that hold keys or credentials: the engine container mounts hf_cache read-write as root.
+CREDENTIAL_DIRS = {".ssh": "the node's SSH keys", ".sparkpair": "sparkpair's secrets and its container config",
+                   ".gnupg": "GnuPG keys", ".docker": "Docker's registry credentials", ".aws": "cloud credentials",
+                   ".kube": "cluster credentials", ".config": "tools' credentials", ".netrc": "login credentials"}
+WORLD_WRITABLE = ("tmp",)  # /var/tmp and /dev/shm are system directories, refused already
+
+
 def _check_node_path(value: str) -> str:
     """A directory on the node: `~/...` (under the node user's home, never `~user`) or an absolute path that
-    is neither `/`, a system directory (or inside one), a top-level directory nor a home itself."""
+    is neither `/`, a system directory (or inside one), a top-level directory nor a home itself; nor a directory of
+    keys or credentials (or inside one), nor under a directory anyone can write (/tmp)."""
     parts = value.rstrip("/").split("/")
     if any(part in (".", "..") for part in parts[1:]):
         raise ValueError(NODE_PATH_EXPECTED)
+    for part in parts[1:]:
+        if part in CREDENTIAL_DIRS:
+            raise ValueError(f"not ~/{part} or a directory in it: the engine container mounts hf_cache read-write as "
+                             f"root and would get {CREDENTIAL_DIRS[part]}; e.g. ~/.cache/huggingface")
     if parts[0] == "~":
         return value
     if parts[1] in SYSTEM_TREES or (len(parts) == 2 and parts[1] in TOP_ONLY) or (parts[1] == "home" and len(parts) == 3):
         raise ValueError(NODE_PATH_EXPECTED)
+    if parts[1] in WORLD_WRITABLE:
+        raise ValueError(f"not under /{parts[1]}: anyone on the node can write there and plant or swap the models the "
+                         "engine loads; e.g. ~/.cache/huggingface or /data/huggingface")
     return value
 
 

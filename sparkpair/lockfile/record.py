@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from sparkpair import boundedjson
 from sparkpair.errors import UsageError
 
 FORMAT = 1
@@ -71,9 +72,9 @@ class Lock:
         if len(raw) > LOCK_CAP:
             raise _bad(source, "", f"over {LOCK_CAP >> 20} MiB")
         try:
-            data = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as error:
-            raise _bad(source, "", f"not JSON ({type(error).__name__})") from None
+            data = boundedjson.loads(raw, cap=LOCK_CAP)
+        except boundedjson.Refused as error:
+            raise _bad(source, "", str(error)) from None
         reader = _Reader(source)
         top = reader.mapping(data, "", {"format", "sparkpair", "inventory_sha256", "profile", "runtime", "image",
                                         "nodes", "written"})

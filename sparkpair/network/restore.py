@@ -12,9 +12,8 @@ action: Ctrl-C lets both finish, so a restore is never left half done.
 from __future__ import annotations
 
 import ipaddress
-import json
 
-from sparkpair import apply, probes
+from sparkpair import apply, boundedjson, probes
 from sparkpair.apply import firsttouch
 from sparkpair.checks import any_node
 from sparkpair.errors import Interrupted, SparkpairError
@@ -38,7 +37,7 @@ def twins_problem(snapshot: str) -> str:
     """What is wrong with a twins snapshot (`rollback.twins_snapshot`'s JSON: per twin its MTU, up or
     down, IPv4 addresses); "" when nothing is. Checked before a restore acts on it."""
     try:
-        data = json.loads(snapshot)
+        data = boundedjson.loads(snapshot)
     except ValueError:
         return "it is not JSON: cut short or corrupt"
     if not isinstance(data, dict):
@@ -87,7 +86,7 @@ def undo_first_touch(connection: Node, inventory: Inventory) -> list[str]:
     if netplan_changed:
         connection.check(netplan.NETPLAN_APPLY, sudo=True)
         done.append("netplan generate && netplan apply")
-    if twins is not None and json.loads(_twins_now(connection, inventory)) != json.loads(twins):
+    if twins is not None and boundedjson.loads(_twins_now(connection, inventory)) != boundedjson.loads(twins):
         connection.check(rollback.snapshot_commands(node, twins), sudo=True)
         done.append(f"twins back to: {rollback.describe_twins(node, twins)}")
     firsttouch.clear(connection)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 
-from sparkpair import apply, probes, transport
+from sparkpair import apply, boundedjson, probes, transport
 from sparkpair.inventory import Node
 from sparkpair.network.netplan import APPLY_NETPLAN, JOURNAL
 from sparkpair.probes import net
@@ -21,7 +21,7 @@ def twins_snapshot(node: Node, interfaces: dict[str, net.Interface]) -> str:
 def twin_commands(node: Node, snapshot: str) -> list[Shell]:
     """Commands that put node's twins back as snapshot says, in order; values are re-validated, never trusted."""
     commands = []
-    for name, state in json.loads(snapshot).items():
+    for name, state in boundedjson.loads(snapshot).items():
         if name not in node.links:
             continue
         addresses = [str(ipaddress.IPv4Interface(a)) for a in state.get("ipv4", [])]
@@ -48,7 +48,7 @@ def _words(state: dict[str, object] | None) -> str:
 
 def describe_twins(node: Node, snapshot: str) -> str:
     """The twins' state in a snapshot, in words: `enp1s0f1np1 down mtu 1500 no address; ...`."""
-    return "; ".join(f"{name} {_words(state)}" for name, state in json.loads(snapshot).items() if name in node.links)
+    return "; ".join(f"{name} {_words(state)}" for name, state in boundedjson.loads(snapshot).items() if name in node.links)
 
 
 def _comparable(state: dict[str, object] | None) -> tuple[int, bool, list[str]] | None:
@@ -62,7 +62,7 @@ def _comparable(state: dict[str, object] | None) -> tuple[int, bool, list[str]] 
 def twins_changed(node: Node, snapshot: str, interfaces: dict[str, net.Interface]) -> list[str]:
     """Each of node's twins that is not as snapshot says (MTU, up or down, IPv4 addresses), in words:
     `enp1s0f1np1 is up mtu 9000 198.19.1.11/24, was down mtu 1500 no address`; empty when all are."""
-    before, now = json.loads(snapshot), json.loads(twins_snapshot(node, interfaces))
+    before, now = boundedjson.loads(snapshot), boundedjson.loads(twins_snapshot(node, interfaces))
     return [f"{name} is {_words(now.get(name))}, was {_words(before.get(name))}" for name in node.links
             if _comparable(now.get(name)) != _comparable(before.get(name))]
 

@@ -7,7 +7,8 @@ one node in a single SSH round trip. Parsers take captured text and are unit-tes
 captured output (tests/fixtures/probes).
 
 Holds the probe model and the batch runner here, and the probes by domain: `net`, `rdma`, `host`,
-`docker`, `models`, `drafts` (a trained draft's record), `ranks`, `ssh`, `prometheus`. May import: only the layers below its own in
+`docker`, `models`, `drafts` (a trained draft's record), `training` (train-draft's training image and the device
+torch in it sees), `ranks`, `ssh`, `prometheus`. May import: only the layers below its own in
 pyproject.toml's `[tool.importlinter]` (`transport` and the leaf modules).
 """
 
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from sparkpair.errors import ConnectionLost, last_line
+from sparkpair.safetext import printable as printable  # a name from a node: no control, separator or bidi mark
 from sparkpair.transport import CommandResult, Node, Pair, Shell
 
 T = TypeVar("T")
@@ -28,7 +30,6 @@ BATCH_HEAD = "\x1esparkpair-batch"  # the batch's first line; what precedes it (
 SECTION_MARK = "\x1c"  # starts the name line of each section of a probe printing several (files); \034 in the shell
 CHANGED = "its output changed while the batch read it (a process it started kept writing); not trusted"
 _COUNT = re.compile(r"[0-9]{1,15}")
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 @dataclass(frozen=True)
@@ -237,12 +238,6 @@ def format_sections(sections: Mapping[str, str]) -> str:
                    for name, content in sections.items())
 
 
-def printable(name: str) -> bool:
-    """True when name (read from a node) holds no control, line-separator or bidi-override character: what a
-    name must be before it names a file, a tar member, or reaches a terminal."""
-    return not _UNPRINTABLE.search(name)
-
-
 def judge(probe: Probe[T], code: int, stdout: str, stderr: str) -> T | ProbeFailure:
     """A probe's fact from its command's outcome: the parsed stdout, or a ProbeFailure."""
     if code not in probe.ok_codes:
@@ -253,33 +248,40 @@ def judge(probe: Probe[T], code: int, stdout: str, stderr: str) -> T | ProbeFail
         return ProbeFailure(probe.label, code, f"unexpected output ({error})")
 
 
-def gather(connection: Node, probes: Sequence[Probe[Any]], timeout: float | None = 60) -> NodeFacts:
-    """Run probes on one node in one round trip; each probe maps to its fact or a ProbeFailure."""
+ROUND_CAP = 64 << 20  # the most a probe round prints, base64 of every probe's output (two model listings at
+#                       their own cap, models.LISTING_CAP, base64 twice: 56 MiB); doctor's is about 0.2 MiB
+
+
+def gather(connection: Node, probes: Sequence[Probe[Any]], timeout: float = 60, cap: int = ROUND_CAP) -> NodeFacts:
+    """Run probes on one node in one round trip, read within timeout seconds and cap bytes; each probe maps to its
+    fact or a ProbeFailure (every one, when the round outlived either)."""
     unique = list(dict.fromkeys(probes))
     script = batch_script(unique)
     try:
-        result = connection.run(script, timeout=timeout)
+        result = connection.run(script, timeout=timeout, cap=cap)
     except ConnectionLost:
         # The connection was open and ended under the round (seen on the simulated pair: the node's sshd
         # closed a fresh connection while its first channels opened). A fact about the transport: asked
         # once more on a new connection; a node that drops it again is reported unreachable.
-        result = connection.run(script, timeout=timeout)
+        result = connection.run(script, timeout=timeout, cap=cap)
     raw = parse_batch(result.stdout)
-    if not raw and not result.ok and not result.timed_out:
+    if not raw and not result.ok and not result.timed_out and not result.over_cap:
         # Not one probe answered and the round did not time out: its session died before any probe ran
         # (seen on the simulated pair under load: no output, no exit status). A fact about the transport,
         # not the node: asked once more before every probe is reported as failed.
-        result = connection.run(script, timeout=timeout)
+        result = connection.run(script, timeout=timeout, cap=cap)
         raw = parse_batch(result.stdout)
     missing = (result.exit_code or 255, "", round_lost(result, timeout))
     return NodeFacts({probe: judge(probe, *raw.get(index, missing)) for index, probe in enumerate(unique)})
 
 
-def round_lost(result: CommandResult, timeout: float | None) -> str:
-    """Why a probe has no answer of its own: the round did not finish in time, or ended without the
-    probe's record (its last words, else its exit code)."""
-    if result.timed_out and timeout:
+def round_lost(result: CommandResult, timeout: float) -> str:
+    """Why a probe has no answer of its own: the round did not finish in time, printed more than its cap, or
+    ended without the probe's record (its last words, else its exit code)."""
+    if result.timed_out:
         return f"the node's probe round did not finish within {timeout:.0f} s"
+    if result.over_cap:
+        return f"the node's probe round {result.stderr}"
     return result.stderr.strip() or f"the node's probe round ended without this probe's answer (exit {result.exit_code})"
 
 

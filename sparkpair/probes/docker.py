@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
+from sparkpair import boundedjson
 from sparkpair.probes import Probe
 from sparkpair.transport import Shell
 
@@ -30,7 +30,7 @@ class ContainerState:
 
 def parse_container(text: str) -> ContainerState | None:
     """Parse `docker container inspect NAME` (a one-element list); None when it does not exist."""
-    items = json.loads(text or "[]")
+    items = boundedjson.loads(text or "[]")
     if not items:
         return None
     item = items[0]
@@ -69,7 +69,7 @@ def parse_api_info(text: str) -> DockerInfo:
     status, body = api_answer(text)
     if status != 200:
         raise ValueError(f"GET /info answered HTTP {status}: {body.strip()[:200]}")
-    info = json.loads(body)
+    info = boundedjson.loads(body)
     return DockerInfo(str(info.get("ServerVersion", "")), frozenset(info.get("Runtimes") or {}))
 
 
@@ -90,7 +90,7 @@ def parse_api_image_id(text: str) -> str | None:
         return None
     if status != 200:
         raise ValueError(f"image inspect answered HTTP {status}: {body.strip()[:200]}")
-    return str(json.loads(body)["Id"])
+    return str(boundedjson.loads(body)["Id"])
 
 
 DOCKER_INFO = Probe("docker info", (), api_get("/info"), parse_api_info)
@@ -144,7 +144,7 @@ def parse_api_image_config(text: str) -> ImageConfig | None:
         return None
     if status != 200:
         raise ValueError(f"image inspect answered HTTP {status}: {body.strip()[:200]}")
-    data = json.loads(body)
+    data = boundedjson.loads(body)
     image = str(data.get("Id", ""))
     if not IMAGE_ID.fullmatch(image):
         raise ValueError("the image ID is not sha256: and 64 hex digits")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
 from dataclasses import dataclass
 
+from sparkpair import boundedjson
 from sparkpair.probes import Probe, expanded_path
 from sparkpair.transport import Shell
 
@@ -28,6 +28,11 @@ class TrainingRecord:
     steps: int
     modelopt_version: str
     data_sha256: str
+    mode: str = ""             # online or offline ('' in a record from before train-draft said)
+    device: str = ""           # cuda or cpu
+    precision: str = ""        # bf16 or float32
+    vocab_size: int = 0
+    draft_vocab_size: int = 0  # the draft's own vocabulary (ModelOpt's d2t): below vocab_size when compressed
 
 
 def _text(value: object, limit: int = 200) -> str:
@@ -40,16 +45,25 @@ def parse_record(text: str) -> TrainingRecord | None:
     if not text or text == NONE:
         return None
     try:
-        data = json.loads(base64.b64decode(text, validate=True)[:RECORD_CAP])
+        data = boundedjson.loads(base64.b64decode(text, validate=True)[:RECORD_CAP])
     except (ValueError, binascii.Error):
         return None
     if not isinstance(data, dict) or not _text(data.get("base_model")):
         return None
-    steps = data.get("steps")
     revision = _text(data.get("base_revision"))
     return TrainingRecord(_text(data.get("base_model")), revision if REVISION.fullmatch(revision) else "",
-                          steps if isinstance(steps, int) and not isinstance(steps, bool) else 0,
-                          _text(data.get("modelopt_version"), 40), _text(data.get("data_sha256"), 64))
+                          _count(data.get("steps")), _text(data.get("modelopt_version"), 40),
+                          _text(data.get("data_sha256"), 64), _choice(data.get("mode"), ("online", "offline")),
+                          _choice(data.get("device"), ("cuda", "cpu")), _choice(data.get("precision"), ("bf16", "float32")),
+                          _count(data.get("vocab_size")), _count(data.get("draft_vocab_size")))
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 40 else 0
+
+
+def _choice(value: object, choices: tuple[str, ...]) -> str:
+    return value if value in choices else ""
 
 
 def training_record(hf_cache: str, repo: str) -> Probe[TrainingRecord | None]:

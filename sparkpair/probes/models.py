@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
-from sparkpair import paths
+from sparkpair import boundedjson, paths
 from sparkpair.probes import Probe, expanded_path
 from sparkpair.transport import Shell
 
@@ -273,7 +273,7 @@ def parse_content(text: str) -> ContentCheck:
     lines = [line for line in text.splitlines() if line.startswith("result ")]
     if not lines:
         raise ValueError("no result line")
-    data = json.loads(lines[-1].removeprefix("result "))
+    data = boundedjson.loads(lines[-1].removeprefix("result "))
     repos = {name: RepoContent(int(entry.get("blobs", 0)), dict(entry.get("bad", {})),
                                tuple(entry.get("unverified", [])),
                                tuple((shown(str(path)), shown(str(problem))) for path, problem in entry.get("links", [])))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from sparkpair import boundedjson
 from sparkpair.probes import Probe, parse_sections, printable, section
 from sparkpair.transport import Shell
 
@@ -55,7 +55,7 @@ def parse_interfaces(text: str) -> dict[str, Interface]:
     "prefixlen":24,"scope":"global","valid_life_time":4294967295}]}]
     """
     interfaces = {}
-    for item in json.loads(text or "[]"):
+    for item in boundedjson.loads(text or "[]"):
         flags = set(item.get("flags", []))
         addresses = tuple(
             Address(a["local"], int(a["prefixlen"]), a["family"], bool(a.get("dynamic")))
@@ -69,7 +69,7 @@ def parse_interfaces(text: str) -> dict[str, Interface]:
 
 def parse_default_routes(text: str) -> list[str]:
     """Parse `ip -j route show default`: the interfaces default routes leave through."""
-    return [route["dev"] for route in json.loads(text or "[]") if "dev" in route]
+    return [route["dev"] for route in boundedjson.loads(text or "[]") if "dev" in route]
 
 
 def parse_ssh_session(text: str) -> str:
@@ -96,12 +96,12 @@ def parse_routes(text: str) -> list[Route]:
     "gateway":"198.18.0.12","dev":"enP7s7","prefsrc":"198.18.0.11","flags":[],"uid":0,"cache":[]}]
     """
     return [Route(str(item.get("dst", "")), str(item.get("dev", "")), item.get("gateway"), item.get("prefsrc"))
-            for item in json.loads(text or "[]") if isinstance(item, dict)]
+            for item in boundedjson.loads(text or "[]") if isinstance(item, dict)]
 
 
 def parse_neighbors(text: str) -> dict[tuple[str, str], str]:
     """Parse `ip -j neigh show`: (interface, ip) -> MAC of the neighbour that answered."""
-    return {(n["dev"], n["dst"]): n["lladdr"] for n in json.loads(text or "[]") if "lladdr" in n and "dev" in n}
+    return {(n["dev"], n["dst"]): n["lladdr"] for n in boundedjson.loads(text or "[]") if "lladdr" in n and "dev" in n}
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ A rank process is one whose command line the runtime's `process_pattern` finds (
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
+from sparkpair import boundedjson
 from sparkpair.probes import Probe, parse_sections, section
 from sparkpair.transport import Shell
 
@@ -87,7 +87,7 @@ class RankProcess:
 
 def parse_processes(text: str) -> list[RankProcess]:
     """Parse the container script's JSON list (empty when no rank process runs)."""
-    items = json.loads(text or "[]")
+    items = boundedjson.loads(text or "[]")
     return [RankProcess(int(item["pid"]), str(item["state"]), float(item["cpu"]), int(item["rss"]),
                         {str(k): int(v) for k, v in item.get("files", {}).items()},
                         {str(k): int(v) for k, v in item.get("mapped", {}).items()}) for item in items]

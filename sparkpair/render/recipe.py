@@ -32,6 +32,7 @@ NODE_STATE_DIR = paths.STATE_DIR.removeprefix("~/")
 NODE_CONFIG_DIR = paths.CONFIG_DIR.removeprefix("~/")
 NODE_SECRETS_DIR = paths.SECRETS_DIR.removeprefix("~/")
 MODEL_LINKS = paths.MODEL_LINKS
+HIDDEN_STATES_DIR = f"{HF_HOME}/{paths.HIDDEN_STATES}"   # where an engine writes train-draft's hidden states
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,16 @@ def passed_flags(inventory: Inventory, profile: Profile) -> set[str]:
 def llm_api_options(profile: Profile) -> dict[str, Any]:
     """The --extra_llm_api_options YAML: the profile's engine_config plus its speculative config."""
     options = dict(profile.engine_config)
+    capture = profile.capture_hidden_states
+    if capture:  # ModelOpt's compute_hidden_states_trtllm: SaveState, one file per request, every prompt token whole
+        options["speculative_config"] = {
+            "decoding_type": "SaveState", "output_directory": f"{HIDDEN_STATES_DIR}/{capture['folder']}",
+            "write_interval": 1, "file_prefix": "sparkpair",
+            "eagle3_layers_to_capture": [*capture["layers"], -1],   # -1: the last layer's post-norm hidden state
+        }
+        options["enable_chunked_prefill"] = False
+        options["kv_cache_config"] = {**options.get("kv_cache_config", {}), "enable_block_reuse": False}
+        return options
     if profile.draft:
         options["speculative_config"] = {
             "decoding_type": profile.decoding_type or "Eagle",
@@ -184,6 +195,7 @@ class Start:
     log: str = "serve"   # its output goes to LOG_DIR/<log>.log (the serve command's is serve.log)
     until: str = ""      # sh, in the same container: the launch waits until it succeeds before the next start
     until_means: str = ""  # what `until` succeeding shows, in words (the launch says it)
+    secret_env: tuple[str, ...] = ()  # variables it reads from their 0600 files in SECRETS_DIR (`secret_exports`)
 
 
 @dataclass(frozen=True)
@@ -245,6 +257,14 @@ def docker_run_argv(spec: ContainerSpec) -> list[str]:
 def shell_line(argv: list[str]) -> str:
     """argv as one shell-safe line."""
     return shlex.join(argv)
+
+
+def secret_exports(names: tuple[str, ...]) -> str:
+    """sh putting each variable of names in the environment from its file in SECRETS_DIR (where launch placed the
+    engine's secret, 0600): the value reaches the command that follows, never an argv, `ps` or `docker inspect`."""
+    if not all(name.isidentifier() and name.isupper() for name in names):
+        raise ValueError(f"not environment variable names: {names}")
+    return "".join(f'{name}="$(cat {SECRETS_DIR}/{name})" && export {name} && ' for name in names)
 
 
 def hf_cache_on_node(inventory: Inventory, home: str) -> str:

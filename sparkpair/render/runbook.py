@@ -69,7 +69,8 @@ def _download_lines(container: str, profile: Profile) -> list[str]:
 
 def _serve_line(inventory: Inventory, start: recipe.Start) -> str:
     command = recipe.shell_line(start.argv)
-    inner = f"mkdir -p {recipe.LOG_DIR} && exec {command} > {recipe.LOG_DIR}/serve.log 2>&1"
+    inner = (f"mkdir -p {recipe.LOG_DIR} && {recipe.secret_exports(start.secret_env)}exec {command} "
+             f"> {recipe.LOG_DIR}/serve.log 2>&1")  # an engine secret comes from its file in secrets, never argv
     return f"docker exec -d {shlex.quote(inventory.container.name)} sh -c {shlex.quote(inner)}"
 
 

@@ -1,13 +1,12 @@
-"""All terminal output: plain lines, tables, diffs and JSON. Nothing else prints.
+"""All terminal output: plain lines, tables, diffs and JSON, every value through `safetext.visible`. Nothing else prints.
 
-Data goes to stdout; errors and progress go to stderr, so `--json` output can be piped. Plain lines and
-doctor's findings tables (`table`) are written directly; styled output (errors, diffs, status, bench)
-goes through rich. Holds the printing here, `table` (doctor's tables laid out), `lock` (the lock's
-differences, the nodes side by side) and `draft` (what `sparkpair train-draft` prints). May import: only
-the layers below its own in pyproject.toml's `[tool.importlinter]`, and at run time only rich,
-`progress` and `inventory.messages`: what it prints (findings, launch and bundle results, status) is
-typed through TYPE_CHECKING imports, so `--json` and `--help` load no flow
-(tests/unit/test_performance_invariants.py).
+Data goes to stdout; errors and progress go to stderr, so `--json` output can be piped. Plain lines and doctor's
+findings tables (`table`) are written directly; styled output (errors, diffs, status, bench) goes through rich. Holds
+the printing here, `table` (doctor's tables laid out), `lock` (the lock's differences, the nodes side by side) and
+`draft` (what `sparkpair train-draft` prints). May import: only the layers below its own in pyproject.toml's
+`[tool.importlinter]`, and at run time only rich, `progress`, `safetext` and `inventory.messages`: what it prints
+(findings, launch and bundle results, status) is typed through TYPE_CHECKING imports, so `--json` and `--help` load no
+flow (tests/unit/test_performance_invariants.py).
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, TextIO
 from sparkpair.inventory.messages import one_line
 from sparkpair.progress import Event
 from sparkpair.report import table
+from sparkpair.safetext import visible
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -43,10 +43,10 @@ if TYPE_CHECKING:
 
 
 def escape(text: str) -> str:
-    """text with rich markup characters escaped."""
+    """text with rich markup escaped and anything that could act on a terminal shown inert (`safetext.visible`)."""
     from rich.markup import escape as rich_escape
 
-    return rich_escape(text)
+    return rich_escape(visible(text))
 
 
 @cache
@@ -71,18 +71,18 @@ _WRITING = threading.Lock()  # progress lines come from several threads
 
 def _write(stream: TextIO, text: str) -> None:
     with _WRITING:
-        stream.write(text.translate(table.CURSOR_MOVES) + "\n")
+        stream.write(text + "\n")
         stream.flush()
 
 
 def line(text: str = "") -> None:
-    """A plain line on stdout."""
-    _write(sys.stdout, text)
+    """A plain line on stdout; whatever in it could act on the terminal is shown as its escape (`safetext.visible`)."""
+    _write(sys.stdout, visible(text))
 
 
 def note(text: str) -> None:
-    """A progress or status line on stderr."""
-    _write(sys.stderr, text)
+    """A progress or status line on stderr (shown as `line` shows it)."""
+    _write(sys.stderr, visible(text))
 
 
 def error_lines(lines: list[str]) -> None:
@@ -102,8 +102,8 @@ def emit_json(data: object) -> None:
 
 
 def emit_text(text: str) -> None:
-    """Verbatim text on stdout (YAML, schema, file contents)."""
-    sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    """Text as it is on stdout (YAML, schema, file contents), anything that could act on a terminal shown inert."""
+    sys.stdout.write(visible(text if text.endswith("\n") else text + "\n"))
     sys.stdout.flush()
 
 
@@ -240,7 +240,7 @@ def findings(items: Sequence[Finding], elapsed: float | None = None) -> None:
             for text in table.render(node, ("check", "status", "detail", "fix"), rows, width=width,
                                      wrapped=(False, False, True, True), paint=paint,
                                      cell_style=lambda column, cell: STATUS_STYLE[cell] if column == 1 else ""):
-                line(text)
+                _write(sys.stdout, text)  # laid out from sanitized cells (table.render), with report's colours
     counts = {s: sum(1 for f in items if f.status.value == s) for s in STATUS_STYLE}
     timing = f" in {elapsed:.1f} s" if elapsed is not None else ""
     explained = f", {counts['INFO']} INFO" if counts["INFO"] else ""
@@ -383,7 +383,7 @@ def status(result: EngineStatus) -> None:
         rows.append((name, f"container {node['container']}, {rank}"))
     table = Table(show_header=False, box=None)
     for key, value in rows:
-        table.add_row(key, escape(str(value)))
+        table.add_row(escape(key), escape(str(value)))  # node names come from the launch state: a node's file
     out().print(table)
 
 

@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING
 from sparkpair import report
 
 if TYPE_CHECKING:
-    from sparkpair.draft.flow import DraftResult
+    from sparkpair.draft.plan import Plan
+    from sparkpair.draft.run import DraftResult
 
 
 def as_json(result: DraftResult) -> dict[str, object]:
     """The result as `--json` prints it."""
     return {"name": result.name, "ran": result.ran, "skipped": result.skipped, "revision": result.commit,
-            "drafts": result.summary, "files": [str(path) for path in result.files]}
+            "drafts": result.summary, "files": [str(path) for path in result.files], "plan": result.plan}
 
 
 def _percent(value: object) -> str:
@@ -38,7 +39,16 @@ def draft_result(result: DraftResult) -> None:
         report.written_files(result.files[0].parent, result.files)
 
 
-def draft_plan(plan: dict[str, str]) -> None:
-    """The dry run: each step, and whether it would run or is done already (stdout)."""
-    for step, state in plan.items():
+def draft_plan(plan: Plan, states: dict[str, str], as_json: bool = False) -> None:
+    """The dry run: the plan, then each step and whether it would run or is done already (stdout); --json: the
+    steps, and the plan under "plan"."""
+    if as_json:
+        report.emit_json({**states, "plan": {"mode": plan.mode, "device": plan.device, "precision": plan.precision,
+                                             "refusal": plan.refusal, "lines": plan.lines, "figures": plan.figures}})
+        return
+    for line in plan.lines:
+        report.line(f"plan: {line}")
+    if plan.refusal:
+        report.line(f"plan: refused: {plan.refusal}")
+    for step, state in states.items():
         report.line(f"{step}: {state}")

@@ -1,5 +1,6 @@
 """Tables as text lines, drawn the way rich draws them (heavy head, light body), without rich; and the
-ANSI colours of what report writes itself.
+ANSI colours of what report writes itself; every title, header and cell is shown through `safetext.visible`
+first, so the only escapes in a table are report's own colours.
 
 Doctor prints one table per node at the end of every run, after the nodes have answered: rich took
 about 70 ms of CPU to lay out its ~90 rows and 35 ms to import, all of it on the command's critical
@@ -14,9 +15,8 @@ import textwrap
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-# Characters rich's Console drops from what it prints (bell, backspace, vertical tab, form feed, CR):
-# a line or a cell must not move the cursor.
-CURSOR_MOVES = dict.fromkeys((7, 8, 11, 12, 13))
+from sparkpair.safetext import visible
+
 _ANSI = {"green": "32", "yellow": "33", "bold red": "1;31", "dim": "2", "bold": "1", "title": "3", "header": "1"}
 _MIN_WRAPPED_WIDTH = 10
 
@@ -76,7 +76,8 @@ def render(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *,
     per entry, a light box closing it. With a width, the columns marked in wrapped fold their cells (at
     spaces, else anywhere) until the table fits; without one, nothing folds. cell_style names each cell's
     style; paint applies styles (nothing by default)."""
-    rows = [[cell.translate(CURSOR_MOVES) for cell in row] for row in rows]
+    title, headers = visible(title, lines=False), [visible(header, lines=False) for header in headers]
+    rows = [[visible(cell) for cell in row] for row in rows]  # nothing a node said may act on the terminal
     wrapped = wrapped or [True] * len(headers)
     widths = column_widths(headers, rows, width, wrapped)
     lines = [paint(title, "title")] if title else []

@@ -150,6 +150,7 @@ class Runtime(Protocol):
     # or engine_config cannot set it (a flag sparkpair sets from another field)
     cause_fixes: Mapping[str, str]      # a diagnose cause id -> its fix in this engine's words (engine.signatures)
     fabric_proof: bool  # doctor --deep's MPI and NCCL jobs run in its image (its launcher is mpirun)
+    secret_options: Mapping[str, str]  # an option whose value is a secret -> the variable the engine reads it from
 
     def image(self, inventory: Inventory) -> str:
         """The engine image the inventory names for this runtime."""

@@ -59,6 +59,7 @@ class TensorRtLlm:
         "memory.kvcache": "raise kv_cache_config.free_gpu_memory_fraction under models.PROFILE.engine_config",
     }
     fabric_proof: bool = True
+    secret_options: Mapping[str, str] = {}  # trtllm-serve takes no secret option (the HF token travels as a file)
     # limit_s: executor as long as warm-up: TensorRT-LLM allocates a first KV cache (the executor stage's line)
     # before it autotunes and captures CUDA graphs, so a real log shows the executor stage through them. The
     # weights are loaded when it prints `Model init total -- 49.14s`; without NCCL_DEBUG nothing is printed
@@ -114,8 +115,11 @@ class TensorRtLlm:
         return [Start(nodes[0], recipe.mpirun_argv(inventory, profile), serves=True)]
 
     def problems(self, inventory: Inventory, profile: Profile) -> list[str]:
+        from sparkpair.inventory.profiles import capture_problems
         from sparkpair.render import llm_api_config
 
+        if capture_problems(profile.capture_hidden_states):
+            return capture_problems(profile.capture_hidden_states)
         try:
             llm_api_config(inventory, profile)
         except RenderError as error:

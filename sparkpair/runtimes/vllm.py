@@ -18,6 +18,7 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from sparkpair.inventory.profiles import capture_problems
 from sparkpair.inventory.schema import PORT
 from sparkpair.inventory.validation import Choice, spec
 from sparkpair.render import RenderedFile, recipe, render_template
@@ -32,13 +33,16 @@ if TYPE_CHECKING:
 DATA = "vllm_serve.json"
 SERVE_LOG = f"{recipe.LOG_DIR}/serve.log"
 RAY_LOG = f"{recipe.LOG_DIR}/ray.log"      # `ray start`'s output in Ray mode (the start's log="ray")
-# Flags sparkpair sets from the inventory and the launch; a profile that sets one is refused (it would
-# contradict the pair's own addresses, ports or ranks).
-OWN_FLAGS = ("--host", "--port", "--served-model-name", "--tensor-parallel-size", "--pipeline-parallel-size",
-             "--distributed-executor-backend",
-             "--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless", "--speculative-config",
-             "--model", "--hf-token")
+# What vLLM sets the same as a flag sparkpair passes, by another name (a profile setting one is refused, as one
+# setting a flag of `owned_flags`): the positional model's --model, --speculative-config's keys (vllm/engine/
+# arg_utils.py: create_speculative_config), a file of any options (--config), the HF token sparkpair hands over as
+# HF_TOKEN_PATH, and the other factors of the world the split is checked against (vllm/config/parallel.py:
+# world_size = pp x tp x pcp; data parallel runs dp of them: every --data-parallel-* option).
+SAME_BY_OTHER_NAMES = ("--model", "--spec-method", "--spec-model", "--spec-tokens", "--config", "--hf-token",
+                       "--prefill-context-parallel-size")
+WORLD_PREFIXES = ("--data-parallel", "--no-data-parallel")
 SHM_SIZE = "10.24g"  # NVIDIA's vLLM playbook (run_cluster.sh)
+CONNECTOR = "vllm_hidden_states"   # train-draft's capture: vLLM's hidden-states connector, any device (package data)
 DECODING_METHODS = {"Eagle3": "eagle3", "Eagle": "eagle", "DraftTarget": "draft_model"}
 ENGINE_CONFIG_KEYS = ("speculative_config",)   # what a profile's engine_config may hold for vLLM
 
@@ -137,6 +141,10 @@ class Vllm:
                   "server start", 300.0),
     )
 
+    # vLLM reads its API key from VLLM_API_KEY when --api-key is not given (vllm/entrypoints/serve/middleware/
+    # register.py): launch places the value as a 0600 file and the serve command exports it from there.
+    secret_options: Mapping[str, str] = {"--api-key": "VLLM_API_KEY"}
+
     def image(self, inventory: Inventory) -> str:
         return inventory.engine(self.name).image or inventory.container.image
 
@@ -183,7 +191,9 @@ class Vllm:
         text = render_template("container.env.j2", cluster=inventory.cluster.name,
                                env=self.container_env(inventory, node, fabric), per_node=not fabric,
                                per_node_names=" and ".join(recipe.PER_NODE_ENV))
-        return [RenderedFile("container.env", text)]
+        connector = resources.files("sparkpair.data").joinpath(f"{CONNECTOR}.py").read_text(encoding="utf-8")
+        return [RenderedFile("container.env", text)] + \
+            ([RenderedFile(f"{CONNECTOR}.py", connector, 0o644)] if profile.capture_hidden_states else [])
 
     def rendered(self, inventory: Inventory, profile: Profile) -> list[RenderedFile]:
         """Each rank node's container.env (its own VLLM_HOST_IP), under the node's name."""
@@ -194,8 +204,8 @@ class Vllm:
     def starts(self, inventory: Inventory, profile: Profile, nodes: list[str]) -> list[Start]:
         if len(nodes) > 1 and options(inventory).multinode == "ray":
             return self._ray_starts(inventory, profile, nodes)
-        return [Start(node, self.serve_argv(inventory, profile, rank, len(nodes), node=node), serves=rank == 0)
-                for rank, node in enumerate(nodes)]
+        return [Start(node, self.serve_argv(inventory, profile, rank, len(nodes), node=node), serves=rank == 0,
+                      secret_env=self._secret_env(profile)) for rank, node in enumerate(nodes)]
 
     def _ray_starts(self, inventory: Inventory, profile: Profile, nodes: list[str]) -> list[Start]:
         """NVIDIA's playbook: a Ray head on the serving node, the other nodes join it, then `vllm serve
@@ -212,14 +222,20 @@ class Vllm:
         last = f"ray status --address {_head_address(inventory, inventory.node(nodes[-1]))}:{port}"
         joined = f'test "$({last} 2>/dev/null | grep -c " node_")" -ge {len(nodes)}'
         starts[-1] = replace(starts[-1], until=joined, until_means=f"the Ray cluster has {len(nodes)} nodes (ray status)")
-        return starts + [Start(nodes[0], self.serve_argv(inventory, profile, 0, len(nodes), ray=True), serves=True)]
+        return starts + [Start(nodes[0], self.serve_argv(inventory, profile, 0, len(nodes), ray=True), serves=True,
+                               secret_env=self._secret_env(profile))]
+
+    def _secret_env(self, profile: Profile) -> tuple[str, ...]:
+        return tuple(env for option, env in self.secret_options.items() if option in map(flag_of, profile.serve_args))
 
     def serve_argv(self, inventory: Inventory, profile: Profile, rank: int, ranks: int, ray: bool = False,
                    node: str | None = None) -> list[str]:
         """`vllm serve` for one rank on node (None: the head): the verified snapshot under the repo id's name,
         the nodes' addresses (--master-addr: the head's address on the link node shares with it) and ranks, the
         tensor x pipeline split, the draft, then the profile's own flags."""
-        argv = ["vllm", "serve", recipe.model_link(profile.target), "--served-model-name", profile.target,
+        capture = profile.capture_hidden_states
+        argv = ["env", f"PYTHONPATH={recipe.CONFIG_DIR}"] if capture else []   # the capture's connector
+        argv += ["vllm", "serve", recipe.model_link(profile.target), "--served-model-name", profile.target,
                 "--host", "0.0.0.0", "--port", str(inventory.server.port),
                 "--tensor-parallel-size", str(profile.tp_size)]
         argv += ["--pipeline-parallel-size", str(profile.pp_size)] if profile.pp_size > 1 else []
@@ -233,8 +249,16 @@ class Vllm:
         speculative = self.speculative_config(profile)
         if speculative:
             argv += ["--speculative-config", json.dumps(speculative, separators=(",", ":"))]
+        if capture:  # vLLM's extract_hidden_states: rank 0 writes one file per request, its path in the answer
+            argv += ["--kv-transfer-config", json.dumps({
+                "kv_connector": "SparkpairHiddenStatesConnector", "kv_connector_module_path": CONNECTOR,
+                "kv_role": "kv_producer", "kv_connector_extra_config": {
+                    "shared_storage_path": f"{recipe.HIDDEN_STATES_DIR}/{capture['folder']}"}},
+                separators=(",", ":")), "--no-enable-chunked-prefill"]
         for name, value in profile.serve_args.items():
             flag = flag_of(name)
+            if flag in self.secret_options:
+                continue  # never in argv: the serve command reads it from its file (`starts`: secret_env)
             if value is True:
                 argv.append(flag)
             elif value is False:
@@ -245,7 +269,13 @@ class Vllm:
 
     def speculative_config(self, profile: Profile) -> dict[str, Any]:
         """--speculative-config: the draft's method, its verified snapshot, the draft length, then the
-        profile's own keys (empty without a draft)."""
+        profile's own keys (empty without a draft); capturing hidden states, vLLM's extract_hidden_states at the
+        draft config's auxiliary layers and the last layer (its output before the final norm)."""
+        capture = profile.capture_hidden_states
+        if capture:
+            layers = [*capture["layers"], capture["last"]]
+            return {"method": "extract_hidden_states", "num_speculative_tokens": 1,
+                    "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": layers}}}
         if not profile.draft:
             return {}
         return {"method": DECODING_METHODS.get(profile.decoding_type or "Eagle3", "eagle3"),
@@ -263,14 +293,27 @@ class Vllm:
     def metrics_port(self, inventory: Inventory) -> int:
         return inventory.server.port
 
+    def owned_flags(self, inventory: Inventory, profile: Profile) -> set[str]:
+        """The options sparkpair sets: every flag of every serve line it builds for the profile (one rank or several,
+        native or Ray, a pipeline, a draft), and what vLLM sets the same by other names (SAME_BY_OTHER_NAMES, every
+        option of WORLD_PREFIXES)."""
+        bare = replace(profile, serve_args={}, pp_size=2, draft=profile.draft or "org/draft")
+        lines = [self.serve_argv(inventory, bare, rank, 2) for rank in (0, 1)] + [self.serve_argv(inventory, bare, 0, 2,
+                                                                                                  ray=True)]
+        world = [flag for flag in definitions()["serve_options"] if flag.startswith(WORLD_PREFIXES)]
+        return {arg for argv in lines for arg in argv if arg.startswith("--")} | {*SAME_BY_OTHER_NAMES, *world}
+
     def problems(self, inventory: Inventory, profile: Profile) -> list[str]:
         known = definitions()
         options: dict[str, dict[str, Any]] = known["serve_options"]
         version = f"vLLM {known['source']['version']}"
-        found = []
+        found = capture_problems(profile.capture_hidden_states)
+        if found:   # not a capture sparkpair can render (nor build a serve line of)
+            return found
+        owned = self.owned_flags(inventory, profile)
         for name, value in profile.serve_args.items():
             flag = flag_of(name)
-            if flag in OWN_FLAGS:
+            if flag in owned:
                 found.append(f"serve_args.{name}: {flag} is set by sparkpair from the inventory; remove it")
             elif flag not in options:
                 found.append(f"serve_args.{name}: {version}'s `vllm serve` has no option {flag}")

@@ -11,11 +11,16 @@ naming the node.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 
 from sparkpair.errors import SparkpairError, last_line
 from sparkpair.transport.node import Node
 from sparkpair.transport.shell import Shell
+
+EXEC_TIMEOUT_S = 60.0   # a read in the engine container (a log's tail, an exit code); callers of a longer job say so
+EXEC_CAP = 4 << 20      # the most such a read returns (its command cuts what it prints: `tail -c`)
+TAIL_CAP = 2 << 20      # the most a log's tail brings back (`tails`)
 
 DAEMON_ERRORS = ("Error response from daemon", "Error: No such container", "Cannot connect to the Docker daemon",
                  "permission denied while trying to connect")
@@ -69,13 +74,28 @@ def _refused(connection: Node, name: str, stderr: str) -> SparkpairError | None:
 
 
 def exec_in(connection: Node, name: str, argv: Sequence[str], *, user: str | None = None,
-            environment: Mapping[str, str] | None = None, timeout: float | None = None) -> tuple[int, str]:
-    """Run argv inside container name; (exit code, stdout then stderr). A container that is not
+            environment: Mapping[str, str] | None = None, timeout: float = EXEC_TIMEOUT_S,
+            cap: int = EXEC_CAP) -> tuple[int, str]:
+    """Run argv inside container name; (exit code, stdout then stderr), read within timeout seconds and cap bytes
+    (past either: the exit code is TIMED_OUT or OVER_CAP and the output what came). A container that is not
     running raises ContainerNotRunning."""
-    result = connection.run(_exec_argv(name, argv, user, environment), timeout=timeout)
+    result = connection.run(_exec_argv(name, argv, user, environment), timeout=timeout, cap=cap)
     if not result.ok and (refused := _refused(connection, name, result.stderr)) is not None:
         raise refused
     return result.exit_code, result.stdout + result.stderr
+
+
+def regular_head(path: str) -> str:
+    """sh text: the first 32 bytes of path when it is a regular file (an exit code, a pid). A FIFO or a device a
+    hostile engine put there is never opened: reading one would wait for a writer, forever."""
+    return f"{{ [ -f {path} ] && head -c 32 {path}; }}"
+
+
+def tails(files: Sequence[str], lines: int, cap: int = TAIL_CAP) -> str:
+    """sh text: the last lines of each regular file of files, at most cap bytes in all (the end kept); 400 lines of
+    a hostile rank log were 192 MiB before."""
+    return (f"for f in {' '.join(map(shlex.quote, files))}; do [ -f \"$f\" ] && tail -n {int(lines)} \"$f\"; "
+            f"done 2>/dev/null | tail -c {int(cap)}")
 
 
 def exec_detached(connection: Node, name: str, argv: Sequence[str], *,

@@ -1,8 +1,10 @@
-"""Cutting a command's output into lines as it arrives (`NodeConnection.stream`). Standard library only."""
+"""A command's output as it arrives: cut into lines (`LineSink`, `NodeConnection.stream`) or kept up to a byte cap
+(`CappedOutput`, `NodeConnection.run`). Standard library only."""
 
 from __future__ import annotations
 
 import codecs
+import threading
 from collections.abc import Callable
 
 MAX_LINE = 1024 * 1024  # characters kept of one line; the rest of a longer line is dropped
@@ -48,3 +50,25 @@ class LineSink:
         self._kept = 0
         if line.strip():
             self._on_line(line)
+
+
+class CappedOutput:
+    """A command's stdout and stderr as they arrive, together at most cap bytes: beyond that `over` is set and the
+    rest dropped (the reader stops reading)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self.out, self.err, self.over = cap, bytearray(), bytearray(), False
+        self._lock = threading.Lock()
+
+    def _take(self, into: bytearray, data: bytes) -> None:
+        with self._lock:
+            room = self.cap - len(self.out) - len(self.err)
+            if len(data) > room:
+                self.over, data = True, data[:max(room, 0)]
+            into.extend(data)
+
+    def stdout(self, data: bytes) -> None:
+        self._take(self.out, data)
+
+    def stderr(self, data: bytes) -> None:
+        self._take(self.err, data)

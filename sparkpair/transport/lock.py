@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from sparkpair import paths
+from sparkpair import boundedjson, paths
 from sparkpair.errors import ConnectError, SparkpairError
 from sparkpair.transport import Node, Shell
 
@@ -124,7 +124,7 @@ def is_stale(info: dict[str, object]) -> bool:
 def parse(raw: bytes | str | None) -> dict[str, object] | None:
     """The holder record in a lock file's content; None when it is missing, empty or not a JSON object."""
     try:
-        info = json.loads(raw) if raw else None
+        info = boundedjson.loads(raw) if raw else None
     except ValueError:  # includes UnicodeDecodeError
         return None
     return info if isinstance(info, dict) else None

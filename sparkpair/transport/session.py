@@ -1,5 +1,6 @@
 """A long-running command on a node with its own SSH channel: input written as it goes, output lines read
-as they come, ended by closing the channel.
+as they come (each line at most lines.MAX_LINE bytes, QUEUED lines read ahead at most; every `line` waits with a
+deadline), ended by closing the channel.
 
 For node-side programs that talk to sparkpair while they run (the model copy's sender and receiver):
 their input (which may hold a one-time secret) goes over the channel's stdin, so it never appears
@@ -16,10 +17,12 @@ from collections import deque
 import paramiko
 
 from sparkpair.errors import ConnectError
+from sparkpair.transport.lines import MAX_LINE
 from sparkpair.transport.node import Node
 from sparkpair.transport.shell import PATH_PREFIX, Command, command_text
 
 END = None  # what `line` returns once the command's output has ended
+QUEUED = 4096  # lines read ahead at most; then the reader waits (and the channel's window holds the node back)
 
 
 class RemoteProcess:
@@ -37,7 +40,7 @@ class RemoteProcess:
             self._channel.exec_command(PATH_PREFIX + self.text)
         except (OSError, EOFError, paramiko.SSHException) as error:
             raise ConnectError(f"cannot start `{self.text[:60]}`: {error}", node=self.node) from None
-        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._lines: queue.Queue[str | None] = queue.Queue(QUEUED)
         self._stderr: deque[str] = deque(maxlen=20)
         self._readers = [threading.Thread(target=self._read, args=(self._channel.makefile("rb"), True), daemon=True),
                          threading.Thread(target=self._read, args=(self._channel.makefile_stderr("rb"), False),
@@ -47,7 +50,7 @@ class RemoteProcess:
 
     def _read(self, stream: paramiko.ChannelFile, is_stdout: bool) -> None:
         with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
-            for raw in stream:
+            while raw := stream.readline(MAX_LINE):  # a line longer than MAX_LINE comes as several
                 text = raw.decode(errors="replace").rstrip("\n")
                 if is_stdout:
                     self._lines.put(text)
@@ -63,7 +66,7 @@ class RemoteProcess:
         except (OSError, EOFError, paramiko.SSHException) as error:
             raise ConnectError(f"lost the command `{self.text[:60]}`: {error}", node=self.node) from None
 
-    def line(self, timeout: float | None = None) -> str | None:
+    def line(self, timeout: float) -> str | None:
         """The next line of stdout; END when the output ended; raises TimeoutError after timeout seconds."""
         try:
             return self._lines.get(timeout=timeout)

@@ -16,14 +16,15 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from sparkpair.errors import ConnectError, ConnectionLost, RemoteCommandError
 from sparkpair.paths import UPLOAD_PREFIX, under_home
 from sparkpair.transport import httpio, sftpread, tcp
-from sparkpair.transport.lines import LineSink
+from sparkpair.transport.lines import CappedOutput, LineSink
+from sparkpair.transport.node import COMMAND_TIMEOUT_S, OUTPUT_CAP, STREAM_TIMEOUT_S, require_limits
 from sparkpair.transport.sftpread import READ_CAP, READ_TIMEOUT_S
 from sparkpair.transport.shell import PATH_PREFIX, Command, Shell, command_text
 
@@ -73,10 +74,11 @@ class CommandResult:
     stdout: str
     stderr: str
     timed_out: bool = False  # the command outlived its timeout (exit_code is then TIMED_OUT): its outcome is unknown
+    over_cap: bool = False   # it printed more than its byte cap (exit_code OVER_CAP): the rest was not read
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
+        return self.exit_code == 0 and not self.timed_out and not self.over_cap
 
 
 def fingerprint(key_type: str, body: str) -> str:
@@ -108,6 +110,7 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
 
 
 TIMED_OUT = 124  # the exit code of a command that outlived its timeout (as coreutils' timeout says it)
+OVER_CAP = 125   # the exit code of a command whose output outgrew its byte cap (reading stopped there)
 EARLY_FAILURE_KEPT_S = 2.0  # an early connect's error older than this is not reported: the first use retries
 
 
@@ -181,10 +184,11 @@ class NodeConnection:
         self._connection = client
         return client
 
-    def _execute(self, text: str, timeout: float | None, stdin: str | None,
-                 on_out: Callable[[bytes], None], on_err: Callable[[bytes], None]) -> int | None:
+    def _execute(self, text: str, timeout: float, stdin: str | None, on_out: Callable[[bytes], None],
+                 on_err: Callable[[bytes], None], enough: Callable[[], bool] = lambda: False) -> int | None:
         """Run text in a new session channel, handing its stdout and stderr to on_out/on_err as they come
-        (stderr from a reader thread); its exit code, or None when timeout seconds passed first."""
+        (stderr from a reader thread); its exit code, or None when timeout seconds passed first or enough()
+        said to stop reading (a byte cap reached)."""
         try:
             transport = self._open().get_transport()
             if transport is None:
@@ -198,11 +202,11 @@ class NodeConnection:
             raise ConnectionLost(f"connection lost while running `{text}`: {error}", node=self.name) from None
         reader = threading.Thread(target=_drain, args=(channel, on_err), daemon=True)
         reader.start()
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = time.monotonic() + timeout
         try:
             while True:
-                left = 1.0 if deadline is None else deadline - time.monotonic()
-                if left <= 0:
+                left = deadline - time.monotonic()
+                if left <= 0 or enough():
                     return None
                 channel.settimeout(min(left, 1.0))
                 try:
@@ -213,7 +217,7 @@ class NodeConnection:
                     break
                 on_out(data)
             while not channel.exit_status_ready():
-                if deadline is not None and time.monotonic() > deadline:
+                if time.monotonic() > deadline or enough():
                     return None
                 channel.status_event.wait(0.5)
             reader.join(5)
@@ -228,22 +232,30 @@ class NodeConnection:
         must be shorter than the connection's own (looking for a node that may be cut off)."""
         self._open(timeout)
 
-    def run(self, command: Command, *, sudo: bool = False, timeout: float | None = None,
-            stdin: str | None = None) -> CommandResult:
-        """Run a command; a non-zero exit is a result, not an exception."""
+    def run(self, command: Command, *, sudo: bool = False, timeout: float = COMMAND_TIMEOUT_S,
+            stdin: str | None = None, cap: int = OUTPUT_CAP) -> CommandResult:
+        """Run a command; a non-zero exit is a result, not an exception. Its output is read for at most timeout
+        seconds and cap bytes (stdout and stderr together); past either it is a result with timed_out or
+        over_cap set, and the channel is closed."""
+        require_limits(timeout, cap)
         text = command_text(command, sudo)
         if self._trace:
             self._trace(self.name, text)
-        out, err = bytearray(), bytearray()
-        code = self._execute(text, timeout, stdin, out.extend, err.extend)
-        stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
+        output = CappedOutput(cap)
+        code = self._execute(text, timeout, stdin, output.stdout, output.stderr, lambda: output.over)
+        stdout, stderr = output.out.decode(errors="replace"), output.err.decode(errors="replace")
+        if output.over:
+            return CommandResult(self.name, text, OVER_CAP, stdout, f"printed more than {cap} bytes; the rest was "
+                                 "not read", over_cap=True)
         if code is None:
             return CommandResult(self.name, text, TIMED_OUT, stdout, f"timed out after {timeout} s", timed_out=True)
         return CommandResult(self.name, text, code, stdout, stderr)
 
-    def stream(self, command: Command, on_line: Callable[[str], None], *, timeout: float | None = None) -> int:
-        """Run a command, handing each line of its output (stdout and stderr) to on_line as it comes;
-        the exit code. Carriage returns end a line too (progress bars)."""
+    def stream(self, command: Command, on_line: Callable[[str], None], *, timeout: float = STREAM_TIMEOUT_S) -> int:
+        """Run a command, handing each line of its output (stdout and stderr) to on_line as it comes, each at
+        most lines.MAX_LINE characters (nothing else is kept); the exit code, TIMED_OUT after timeout seconds.
+        Carriage returns end a line too (progress bars)."""
+        require_limits(timeout)
         text = command_text(command)
         if self._trace:
             self._trace(self.name, text)
@@ -253,9 +265,10 @@ class NodeConnection:
         err.flush()
         return TIMED_OUT if code is None else code
 
-    def check(self, command: Command, *, sudo: bool = False, timeout: float | None = None) -> str:
+    def check(self, command: Command, *, sudo: bool = False, timeout: float = COMMAND_TIMEOUT_S,
+              cap: int = OUTPUT_CAP) -> str:
         """Run a command that must succeed; return its stdout."""
-        result = self.run(command, sudo=sudo, timeout=timeout)
+        result = self.run(command, sudo=sudo, timeout=timeout, cap=cap)
         if not result.ok:
             raise RemoteCommandError(self.name, result.command, result.exit_code, result.stderr or result.stdout)
         return result.stdout
@@ -312,7 +325,7 @@ class NodeConnection:
         return sftpread.read_capped(self._sftp_client(), self.name, path, cap, timeout)
 
     def http(self, port: int, method: str, path: str, body: bytes | None = None, timeout: float = 10.0,
-             cap: int = httpio.ANSWER_CAP) -> httpio.Reply | None:
+             cap: int = httpio.ANSWER_CAP, headers: Mapping[str, str] | None = None) -> httpio.Reply | None:
         """An HTTP request to 127.0.0.1:port on the node, tunnelled through this SSH connection, done within
         timeout seconds in all (the tunnel's opening included) and reading at most cap bytes of the answer.
 
@@ -333,7 +346,7 @@ class NodeConnection:
         except (OSError, EOFError, paramiko.SSHException) as error:
             raise ConnectError(f"SSH tunnel to port {port} failed: {error}", node=self.name) from None
         return httpio.fetch(channel, deadline, method, path, body=body,
-                            headers={"Content-Type": "application/json"}, cap=cap)
+                            headers={"Content-Type": "application/json", **(headers or {})}, cap=cap)
 
     def _sftp_client(self) -> paramiko.SFTPClient:
         """The connection's SFTP session, opened on first use."""

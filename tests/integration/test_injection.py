@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import shutil
 import subprocess
+import tarfile
 import uuid
 from pathlib import Path
 
@@ -219,3 +220,46 @@ def test_a_staged_model_path_full_of_shell_text_is_one_argument(stopped, tmp_pat
         stopped.exec("spark-a", ["rm", "-rf", staged])
     missing = run_sparkpair(stopped.inventory, "launch", "no$(touch /tmp/x);profile")
     assert missing.code == 2 and "no profile 'no$(touch /tmp/x);profile'" in missing.err
+
+
+# --- a hostile engine: what it writes cannot act on the terminal, flood a read or hold one forever ------------
+
+# Terminal escapes an engine can print: retitle, clear, recolour, a C1 CSI, a right-to-left override (printf text).
+HOSTILE = r"\033]0;owned\007\033[2J\033[31mFAKE: all checks passed\302\233" + r"31m\342\200\256evil\342\200\217"
+ACTING = ("\x1b", "\x9b", "\u202e", "\u200f", "\x07")
+RANK_LOGS = ("/var/log/sparkpair/ranks/1/rank.0/stdout", "/var/log/sparkpair/ranks/1/rank.1/stdout",
+             "/var/log/sparkpair/serve.log")
+
+
+def _acting(text: str) -> list[str]:
+    return [repr(char) for char in ACTING if char in text]
+
+
+def test_a_hostile_engines_output_is_shown_inert_capped_and_never_waited_on(stopped, tmp_path: Path) -> None:
+    """Issue 33, items 3 and 6: the running engine writes terminal escapes into its logs and 10 MiB in 20 lines
+    after them, then makes its exit_code a FIFO. `logs`, `logs --diagnose`, `bundle` and `status` each finish in
+    time, print nothing that acts on a terminal, and bring back no more than their caps."""
+    launch = run_sparkpair(stopped.inventory, "launch", "--timeout", "120")
+    assert launch.code == 0, launch.text
+    flood = (f"for f in {' '.join(RANK_LOGS)}; do [ -e \"$f\" ] || continue\n"
+             f"printf '{HOSTILE} [E] CUDA out of memory\\n' >> \"$f\"\n"
+             "for i in $(seq 20); do head -c 524288 /dev/zero | tr '\\0' y; echo; done >> \"$f\"\n"
+             f"printf '{HOSTILE} the last line\\n' >> \"$f\"\ndone")
+    for node in ("spark-a", "spark-b"):
+        stopped.exec(node, f"docker exec -i {CONTAINER} sh -s <<'SPARKPAIR_EOF'\n{flood}\nSPARKPAIR_EOF\n", timeout=120)
+    logs = run_sparkpair(stopped.inventory, "logs", "--tail", "400", timeout=120)
+    assert logs.code == 0 and "FAKE: all checks passed" in logs.out and not _acting(logs.text), logs.err[-2000:]
+    assert len(logs.out.encode()) <= 3 * (2 << 20), len(logs.out)  # each rank's tail at most 2 MiB
+    diagnosed = run_sparkpair(stopped.inventory, "logs", "--diagnose", timeout=120)
+    assert not _acting(diagnosed.text), diagnosed.text[-2000:]
+    bundled = run_sparkpair(stopped.inventory, "bundle", "--out", str(tmp_path / "b.tar.gz"), timeout=600)
+    assert bundled.code == 0 and not _acting(bundled.text), bundled.text[-2000:]
+    with tarfile.open(tmp_path / "b.tar.gz") as archive:
+        sizes = {member.name: member.size for member in archive.getmembers()}
+        manifest = archive.extractfile(next(name for name in sizes if name.endswith("MANIFEST.txt")))
+        assert manifest is not None and not _acting(manifest.read().decode())
+    assert max(sizes.values()) <= 8 << 20 and any(name.endswith("rank.0/stdout") for name in sizes), sizes
+    stopped.exec("spark-a", f"docker exec {CONTAINER} sh -c 'rm -f /var/log/sparkpair/exit_code && "
+                            "mkfifo /var/log/sparkpair/exit_code'")
+    status = run_sparkpair(stopped.inventory, "status", timeout=180)  # before: exit_code() waited on the FIFO forever
+    assert "state:" in status.out and not _acting(status.text), status.text

@@ -3,12 +3,16 @@ draft, then status, bench, a second launch, stop; and real faults named by launc
 
 Each vLLM start takes a minute or more here, so the healthy start is shared by the module (`served`) and
 the faults are few and chosen to fail early. `testbed_vllm` puts the image in both nodes' engines and the
-tiny target and draft in the head's HF cache (scripts/testbed vllm).
+tiny target and draft in the head's HF cache (scripts/testbed vllm). The module's profile gives vLLM an API key
+(`serve_args.api_key`, issue 33 item 5): every test here talks to an engine that refuses requests without it, and
+one searches both nodes for the key.
 """
 
 from __future__ import annotations
 
 import json
+import tarfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -19,6 +23,9 @@ TARGET = "Qwen/Qwen3-235B-A22B-GPTQ-Int4"
 CONTAINER = "vllm-multinode"
 RAY_IMAGE = "sparkpair/vllm-cpu-ray:0.32.0"  # the vLLM image with Ray, as NVIDIA's playbook installs it
 LAUNCH = ("launch", "qwen3-235b", "--runtime", "vllm", "--timeout", "900")
+API_KEY = f"sk-canary-{uuid.uuid4().hex[:16]}"   # never on a command line here either: searched with grep -f
+KEY_FILE = "/home/nvidia/.sparkpair/secrets/VLLM_API_KEY"
+NODES = ("spark-a", "spark-b")
 
 
 def _containers(bed, node: str) -> str:
@@ -41,14 +48,28 @@ def _variant(bed, tmp_path: Path, changes: dict) -> Path:
     return path
 
 
+class Keyed:
+    """The pair, with an inventory whose vLLM profile sets an API key (everything else as the pair's)."""
+
+    def __init__(self, bed, inventory: Path) -> None:
+        self._bed, self.inventory = bed, inventory
+
+    def __getattr__(self, name: str):  # exec and the rest: the pair's own
+        return getattr(self._bed, name)
+
+
 @pytest.fixture(scope="module")
-def served(testbed, testbed_vllm):
-    """One vLLM start across both nodes for the module's tests; stopped at the end."""
+def served(testbed, testbed_vllm, tmp_path_factory):
+    """One vLLM start across both nodes for the module's tests, with an API key; stopped at the end."""
     ensure_networked(testbed)
-    run_sparkpair(testbed.inventory, "stop")
-    run = run_sparkpair(testbed.inventory, *LAUNCH, timeout=1200)
-    yield testbed, run
-    run_sparkpair(testbed.inventory, "stop")
+    keyed = Keyed(testbed, _variant(testbed, tmp_path_factory.mktemp("keyed"), {"models": {"qwen3-235b": {
+        "variants": {"vllm": {"serve_args": {"api_key": API_KEY}}}}}}))
+    run_sparkpair(keyed.inventory, "stop")
+    run = run_sparkpair(keyed.inventory, *LAUNCH, timeout=1200)
+    yield keyed, run
+    run_sparkpair(keyed.inventory, "stop")
+    for node in NODES:
+        testbed.exec(node, f"rm -f {KEY_FILE}")
 
 
 def test_launch_reaches_ready_at_tp2_across_both_nodes_with_the_draft(served) -> None:
@@ -116,6 +137,64 @@ def test_logs_show_each_nodes_rank(served) -> None:
     run = run_sparkpair(bed.inventory, "logs", "--tail", "5000")
     assert run.code == 0 and "==> spark-a (rank 0) <==" in run.out and "==> spark-b (rank 1) <==" in run.out
     assert "world_size=2 rank=0" in run.out and "world_size=2 rank=1" in run.out
+
+
+def _key_leaks(bed) -> list[str]:
+    """Where on the nodes the key appears: a command line, ps, docker inspect, a container's logs or log files, any
+    file but its own and the operator's inventory (in /tmp and /var/tmp: those of the last hour); and any process
+    outside the engine containers holding it in its environment (only vLLM's own, in the container, may: it reads
+    the key from there)."""
+    engines = " ".join(bed.exec(node, f"readlink /proc/$(docker inspect -f '{{{{.State.Pid}}}}' {CONTAINER})/ns/mnt"
+                                ).stdout.strip() for node in NODES)
+    found = []
+    for node in NODES:
+        search = bed.exec(node, f"""
+            k={KEY_FILE}
+            test -s $k || {{ echo "NO KEY FILE"; exit 0; }}
+            grep -lsF -f $k /proc/[0-9]*/cmdline | sed 's/^/command line: /'
+            ps -eww -o args | grep -sF -f $k | sed 's/^/ps: /'
+            for p in $(grep -lsF -f $k /proc/[0-9]*/environ); do
+              d=${{p%/environ}}; case " {engines} " in *" $(readlink $d/ns/mnt) "*) ;;
+                *) echo "environment outside the engine containers: $(tr '\\0' ' ' < $d/cmdline | head -c 120)";; esac
+            done
+            for c in $(docker ps -aq); do
+              docker inspect $c | grep -sqF -f $k && echo "docker inspect: $c"
+              docker logs $c 2>&1 | grep -sqF -f $k && echo "docker logs: $c"
+              docker exec $c sh -c 'cat /var/log/sparkpair/* 2>/dev/null' | grep -sqF -f $k && echo "logs in $c"
+            done
+            {{ grep -rlsF -D skip -f $k /home /root /etc /var/log
+               find /tmp /var/tmp -xdev -type f -mmin -60 -exec grep -lsF -f $k {{}} +; }} \\
+              | grep -vxF -e $k -e {bed.inventory} | sed 's/^/file: /'
+            true
+        """, timeout=300)
+        found += [f"{node}: {line}" for line in search.stdout.splitlines() if line.strip()]
+    return found
+
+
+def test_the_api_key_reaches_vllm_from_its_file_and_nowhere_else(served, tmp_path: Path) -> None:
+    bed, run = served
+    assert API_KEY not in run.text and "--api-key" not in run.text
+    assert _key_leaks(bed) == []
+    state = bed.exec("spark-a", "cat ~/.sparkpair/state/launch.json", user="nvidia").stdout
+    assert API_KEY not in state
+    for node in NODES:  # a private file on each node; what `ps` shows of the serve command: the file, not the value
+        assert bed.exec(node, f"stat -c %a {KEY_FILE}").stdout.strip() == "600", node
+        args = bed.exec(node, "ps -eww -o args").stdout
+        assert "/sparkpair/secrets/VLLM_API_KEY" in args and API_KEY not in args and "--api-key" not in args, node
+    port = yaml.safe_load(Path(bed.inventory).read_text())["server"]["port"]
+    asked = bed.exec("spark-a", f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{port}/v1/models; echo; "
+                                f"curl -s -o /dev/null -w '%{{http_code}}' -H \"Authorization: Bearer $(cat {KEY_FILE})\" "
+                                f"http://127.0.0.1:{port}/v1/models").stdout.split()
+    assert asked == ["401", "200"], asked  # the engine wants the key; sparkpair's own requests carry it
+    for command in (("status",), ("logs", "--tail", "5000"), ("inventory", "show")):
+        shown = run_sparkpair(bed.inventory, "-vv", *command)
+        assert shown.code == 0 and API_KEY not in shown.text, command
+    bundled = run_sparkpair(bed.inventory, "bundle", "--out", str(tmp_path / "b.tar.gz"), timeout=600)
+    assert bundled.code == 0, bundled.text
+    with tarfile.open(tmp_path / "b.tar.gz") as archive:
+        for member in archive.getmembers():
+            data = archive.extractfile(member)
+            assert data is None or API_KEY.encode() not in data.read(), member.name
 
 
 def test_stop_leaves_nothing_running(served) -> None:

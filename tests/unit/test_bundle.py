@@ -30,6 +30,15 @@ REAL_LOGS = [ROOT / "tests" / "fixtures" / "watch" / "trtllm-1.1.0rc3-spark-gpt-
     ("git clone https://user:pa55w0rd@host/x", "git clone https://user:[REDACTED]@host/x", "password in a URL"),
     ("a\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaA\n-----END OPENSSH PRIVATE KEY-----\nz", "a\n[REDACTED]\nz",
      "private key"),
+    ("vllm serve /sparkpair/hf/m --api-key sk-canary0123 --port 8355", "vllm serve /sparkpair/hf/m --api-key [REDACTED] "
+     "--port 8355", "value of api-key"),
+    ("vllm serve m --api-key 'sk canary' --port 1", "vllm serve m --api-key [REDACTED] --port 1", "value of api-key"),
+    ("--api-key=sk-canary0123", "--api-key=[REDACTED]", "value of api-key"),
+    # vLLM's own start line (tests/fixtures/logs/vllm/healthy-tp2-eagle3.head.log) with the api_key vLLM prints as a list
+    ("(APIServer pid=7) INFO 11-25 22:23:31 [api_utils.py:286] non-default args: {'port': 8355, "
+     "'api_key': ['sk-canary0123', 'sk-other4567'], 'nnodes': 2}",
+     "(APIServer pid=7) INFO 11-25 22:23:31 [api_utils.py:286] non-default args: {'port': 8355, "
+     "'api_key': ['[REDACTED]'], 'nnodes': 2}", "value of api_key"),
 ])
 def test_what_looks_like_a_secret_is_redacted(text: str, expected: str, kind: str) -> None:
     redacted, found = redact.redact(text)
@@ -43,6 +52,14 @@ def test_what_looks_like_a_secret_is_redacted(text: str, expected: str, kind: st
 ])
 def test_ordinary_settings_stay(text: str) -> None:
     assert redact.redact(text) == (text, {})
+
+
+def test_an_engine_option_named_as_secret_is_redacted_whatever_its_name() -> None:
+    """redact's options: a runtime's secret options, redacted in both spellings even when not named like a secret."""
+    text = "serve --ssl-keyfile-password hunter22 --opaque-credential=abc123 --port 1"
+    redacted, found = redact.redact(text, options=["--opaque-credential"])
+    assert redacted == "serve --ssl-keyfile-password [REDACTED] --opaque-credential=[REDACTED] --port 1", redacted
+    assert found == {"value of ssl-keyfile-password": 1, "value of opaque-credential": 1}
 
 
 def test_real_logs_lose_nothing_and_a_known_secret_goes_wherever_it_is() -> None:

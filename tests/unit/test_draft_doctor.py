@@ -60,3 +60,35 @@ def test_the_record_is_read_as_hostile_input() -> None:
 
 def test_healthy_facts_still_have_every_other_row() -> None:
     assert test_checks.checked(healthy())
+
+
+def test_the_record_says_how_the_draft_was_trained() -> None:
+    rows = _rows(_record(mode="offline", device="cuda", precision="bf16", vocab_size=151936, draft_vocab_size=32000))
+    assert "offline on cuda in bf16" in rows[0].detail and "draft vocabulary 32000 of 151936" in rows[0].detail
+    older = _rows(_record())  # a record from before train-draft said how: no claim
+    assert " on " not in older[0].detail.split("steps")[1].split(",")[0]
+    forged = _record(mode="offline\n[OK]", device="tpu", draft_vocab_size=-1)
+    assert forged is not None and forged.mode == "" and forged.device == "" and forged.draft_vocab_size == 0
+
+
+def _image_rows(found: object) -> list:
+    from sparkpair.probes import training
+
+    facts = healthy()
+    facts.nodes[facts.inventory.head.name][training.image_packages(training.DEFAULT_IMAGE)] = found
+    return [f for f in checked(facts) if f.check == "draft.image"]
+
+
+def test_doctor_checks_the_training_image_on_the_head() -> None:
+    from sparkpair.probes import training
+
+    absent = _image_rows(training.parse_packages("sparkpair-image absent"))
+    assert [r.status.name for r in absent] == ["INFO"] and "nvidia-modelopt[hf]" in absent[0].detail
+    bare = _image_rows(training.parse_packages('sparkpair-image {"torch": "2.8.0", "transformers": "4.5"}'))
+    assert [r.status.name for r in bare] == ["WARN"] and "nvidia-modelopt" in bare[0].detail
+    assert 'pip install -U "nvidia-modelopt[hf]"' in bare[0].fix
+    whole = _image_rows(training.parse_packages(
+        'sparkpair-image {"nvidia-modelopt": "0.47.0", "transformers": "5.14.0", "accelerate": "1.1", '
+        '"torch": "2.8.0", "safetensors": "0.8"}'))
+    assert [r.status.name for r in whole] == ["OK"] and "ModelOpt 0.47.0" in whole[0].detail
+    assert _image_rows(None) == []   # not asked: no row

@@ -37,7 +37,17 @@ def test_finishing_a_step_again_forgets_the_steps_made_from_its_old_output() -> 
     for step in STEPS:
         record.finish(step, step, 1.0, {})
     record.finish("train", "new", 2.0, {})
-    assert list(record.steps) == ["data", "train"]
+    assert list(record.steps) == ["data", "hidden", "train"]
+    record.finish("data", "new", 3.0, {})
+    assert list(record.steps) == ["data"]
+
+
+def test_an_online_record_has_no_hidden_step_and_is_trusted_without_it() -> None:
+    record = DraftRecord("local/d", "p")
+    for step in ("data", "train", "export"):
+        record.finish(step, step, 1.0, {})
+    again = DraftRecord.from_json(record.to_json(), "local/d", "p")
+    assert list(again.steps) == ["data", "train", "export"]
 
 
 def test_the_record_round_trips() -> None:

@@ -91,9 +91,10 @@ def test_only_whole_progress_lines_count_as_training_progress() -> None:
 
 def test_the_training_container_gets_no_network_and_the_cache_read_only() -> None:
     command = train.train_command(image="img:1", hf_cache="/home/u/.cache/huggingface", work="/home/u/w x",
-                                  target="Qwen/Q", steps=5, seed=0, user="1000:1000").text
+                                  target="Qwen/Q", recipe=train.Recipe(steps=5), user="1000:1000").text
     assert "--network none" in command and "/home/u/.cache/huggingface:/sparkpair/hf:ro" in command
     assert "'/home/u/w x:/work'" in command and "--user 1000:1000" in command and "--steps 5" in command
+    assert "--gpus" not in command and "--device cpu" in command and "--mode online" in command
 
 
 def _config(**fields: object) -> bytes:
@@ -186,8 +187,8 @@ def test_the_evaluation_serves_the_trained_draft_on_the_runtime_asked_for() -> N
 
 def test_data_parallel_training_uses_torchrun_on_the_qsfp_twin() -> None:
     rendezvous = train.Rendezvous(2, 1, "198.19.1.11", "enp1s0f1np1")
-    command = train.train_command(image="img:1", hf_cache="/h", work="/w", target="Qwen/Q", steps=5, seed=0,
-                                  user="1000:1000", rendezvous=rendezvous).text
+    command = train.train_command(image="img:1", hf_cache="/h", work="/w", target="Qwen/Q",
+                                  recipe=train.Recipe(steps=5), user="1000:1000", rendezvous=rendezvous).text
     assert "--network host" in command and "GLOO_SOCKET_IFNAME=enp1s0f1np1" in command
     assert "torchrun --nnodes 2 --node-rank 1 --nproc-per-node 1 --master-addr 198.19.1.11" in command
     assert "--network none" not in command
@@ -263,26 +264,37 @@ def _trainee(name: str) -> FakeNode:
             .on(prefix("printf '%s:%s'"), "1000:1000"))
 
 
+def _run(pair: object, inventory: object, nodes: int = 1, **plan: object) -> object:
+    from sparkpair.draft import run as runs
+    from sparkpair.draft.plan import Plan
+    from sparkpair.draft.record import read_record
+    from sparkpair.progress import silent
+
+    options = runs.DraftOptions(profile="qwen3-235b", name="local/mine", nodes=nodes)
+    head = pair.head  # type: ignore[attr-defined]
+    return runs.Run(pair, inventory, options, silent, read_record(head, options.name, options.profile),  # type: ignore
+                    "/home/nvidia/.sparkpair/drafts/local--mine", data.split(data.read_prompts(None)),
+                    runs.DraftResult(options.name), Plan(**{"mode": "online", "device": "cpu", "precision": "float32",
+                                                            "lines": [], **plan}))  # type: ignore[arg-type]
+
+
 def test_nodes_k_trains_on_the_first_k_nodes_head_first_each_with_its_rank(monkeypatch: pytest.MonkeyPatch) -> None:
     from cluster_nodes import SWITCH
     from fakenode import fake_pair
 
-    from sparkpair.draft import flow
-    from sparkpair.progress import silent
+    from sparkpair.draft import training
 
     nodes = [_trainee(node.name) for node in SWITCH.nodes]
     pair = fake_pair(*nodes)
-    options = flow.DraftOptions(profile="qwen3-235b", name="local/mine", nodes=3)
-    run = flow._Run(pair, SWITCH, options, silent, flow.read_record(nodes[0], options.name, options.profile),
-                    "/home/nvidia/.sparkpair/drafts/local--mine", data.split(data.read_prompts(None)),
-                    flow.DraftResult(options.name))
+    run = _run(pair, SWITCH, nodes=3)
     synced: list[list[str]] = []
     ran: list[tuple[list[str], list[str]]] = []
-    monkeypatch.setattr(flow.lifecycle, "stop", lambda *args: None)
-    monkeypatch.setattr(flow.modelsync, "ensure_models", lambda pair, inv, repos, names, *rest: synced.append(names))
-    monkeypatch.setattr(flow.train, "run_training", lambda connections, commands, seen, timeout: (
+    monkeypatch.setattr(training.lifecycle, "stop", lambda *args: None)
+    monkeypatch.setattr(training.modelsync, "ensure_models",
+                        lambda pair, inv, repos, names, *rest: synced.append(names))
+    monkeypatch.setattr(training.train, "run_training", lambda connections, commands, seen, timeout: (
         ran.append(([c.name for c in connections], [c.text for c in commands])), (0, {}))[1])
-    flow._train(run, {"sha256": "d" * 64, "target": "Qwen/Q"})
+    training.run_step(run, {"sha256": "d" * 64, "target": "Qwen/Q"}, {})  # type: ignore[arg-type]
     names, commands = ran[0]
     assert names == ["spark-a", "spark-b", "spark-c"] and synced == [names]
     for rank, (name, command) in enumerate(zip(names, commands, strict=True)):
@@ -291,7 +303,7 @@ def test_nodes_k_trains_on_the_first_k_nodes_head_first_each_with_its_rank(monke
                in command and f"GLOO_SOCKET_IFNAME={expected.interface}" in command
         assert any(path.endswith("/data.jsonl") for path, *_ in pair.nodes[name].puts) == (rank > 0)
     assert nodes[3].calls == []  # the fourth node is not asked anything
-    assert flow.training_nodes(pair, SWITCH, 1) == [nodes[0]]
+    assert training.training_nodes(pair, SWITCH, 1) == [nodes[0]]
 
 
 @pytest.mark.parametrize(("nodes", "ok"), [(1, True), (3, True), (4, False), (0, False)])
@@ -306,3 +318,15 @@ def test_nodes_k_is_one_to_the_inventorys_nodes(nodes: int, ok: bool) -> None:
         return
     with pytest.raises(UsageError, match=rf"^--nodes {nodes}: the inventory has 3 nodes$"):
         flow.check_options(RING, options)
+
+
+def test_conversations_in_modelopts_format_are_prompts_up_to_the_first_answer(tmp_path: Path) -> None:
+    lines = [json.dumps({"conversation_id": i, "conversations": [
+        {"role": "system", "content": "be brief"}, {"role": "user", "content": f"q{i}"},
+        {"role": "assistant", "content": "an answer the target replaces"}, {"role": "user", "content": "later"}]})
+        for i in range(3)]
+    prompts = data.read_prompts(_prompts(tmp_path, lines))
+    assert prompts.messages[1] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "q1"}]
+    with pytest.raises(UsageError, match=r"prompts.jsonl:1"):
+        data.read_prompts(_prompts(tmp_path, [json.dumps({"conversations": [{"role": "assistant", "content": "x"}]}),
+                                              '{"prompt": "b"}']))

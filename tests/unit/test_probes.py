@@ -352,8 +352,8 @@ def test_a_round_that_timed_out_is_not_asked_again_and_says_it_timed_out() -> No
     facts = gather(node, [ECHO, FAILING], timeout=60)
     assert len(node.calls) == 1
     assert str(facts[ECHO]) == "echo: the node's probe round did not finish within 60 s"
-    timed_out = CommandResult("spark-a", "", TIMED_OUT, "", "", timed_out=True)
-    assert round_lost(timed_out, None) == "the node's probe round ended without this probe's answer (exit 124)"
+    over = CommandResult("spark-a", "", 125, "", "printed more than 100 bytes; the rest was not read", over_cap=True)
+    assert round_lost(over, 60) == "the node's probe round printed more than 100 bytes; the rest was not read"
 
 
 def test_a_round_that_exits_124_itself_is_not_a_timeout() -> None:

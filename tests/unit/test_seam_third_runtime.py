@@ -101,12 +101,12 @@ def test_readiness_and_status_ask_its_own_paths_and_read_its_own_answers(third: 
     model = "/v2/models/org--third-model"
     head.http_replies = {(8355, "GET", "/v2/health/ready"): Reply(200), (8355, "GET", f"{model}/ready"): Reply(200),
                          (8355, "POST", f"{model}/generate"): Reply(200, json.dumps({"text_output": "ready"}).encode())}
-    assert readiness.probe_stage(head, 8355, TARGET, third.api) == ("ready", "ready")
-    assert lifecycle.served_model_ids(head, 8355, TARGET, third.api) == ([TARGET], "")
-    answered, _ = lifecycle.generate_one_token(head, 8355, TARGET, third.api)
+    assert readiness.probe_stage(head, 8355, TARGET, api=third.api) == ("ready", "ready")
+    assert lifecycle.served_model_ids(head, 8355, TARGET, api=third.api) == ([TARGET], "")
+    answered, _ = lifecycle.generate_one_token(head, 8355, TARGET, api=third.api)
     assert answered
     head.http_replies[(8355, "POST", f"{model}/generate")] = Reply(200, b'{"text_output": 5}')
-    stage, detail = readiness.probe_stage(head, 8355, TARGET, third.api)
+    stage, detail = readiness.probe_stage(head, 8355, TARGET, api=third.api)
     assert stage == "completion" and detail.startswith("a generation came back malformed: generate: text_output")
 
 

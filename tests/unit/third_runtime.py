@@ -91,6 +91,7 @@ class Third:
     playbook_fixes: Mapping[str, str] = {}
     cause_fixes: Mapping[str, str] = {"memory.oom": "lower instance_count under the profile's engine_config"}
     fabric_proof = False
+    secret_options: Mapping[str, str] = {}
 
     def image(self, inventory: Inventory) -> str:
         return inventory.engine(self.name).image or inventory.container.image

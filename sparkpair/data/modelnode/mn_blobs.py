@@ -4,10 +4,12 @@ blobs, snapshot links (checking them; mn_links makes them), and the bytes under 
 Part of sparkpair's node program for models (see mn_main); standard library only.
 """
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import stat
 import sys
 import threading
 import time
@@ -64,40 +66,73 @@ def fd_digest(fd, name):
         offset += len(data)
 
 
-def stamp(path):
-    info = os.stat(path)
-    return [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino]
+def identity(info):
+    """What a verified blob is recorded as: [device, inode, size, mtime_ns, ctime_ns] of the file that was read
+    (an os.stat_result taken from its descriptor). Another file at the path, or any write to it (ctime moves
+    even when mtime is put back), is another identity."""
+    return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+
+
+def open_blob(path):
+    """A read-only descriptor of the regular file at path, never through a symlink and never waiting on a FIFO
+    or a device; OSError otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file")
+    return fd
+
+
+def hash_blob(path, name):
+    """(verdict, identity) of the blob at path hashed through one descriptor: verdict None (good) or a reason;
+    identity that of the file read, or None when it changed while it was read (verdict "unverified")."""
+    fd = open_blob(path)
+    try:
+        before = os.fstat(fd)
+        found = fd_digest(fd, name)
+        after = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if identity(before) != identity(after):
+        return "unverified", None
+    return (None if found == name else f"content hashes to {found[:12]}"), identity(after)
 
 
 class VerifiedCache:
-    """Per node: blob path -> [size, mtime_ns, ctime_ns, inode] when it was last found good."""
+    """Per node: blob path -> the identity (`identity`) of the file found good there, recorded from the
+    descriptor that was hashed, as each file finished."""
 
     def __init__(self, path):
         self.path = os.path.expanduser(path) if path else ""
         self.entries = self._read()
         self.dropped = set()
+        self.lock = threading.Lock()
 
     def _read(self):
         try:
             with open(self.path) as handle:
                 data = json.load(handle)
             return data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return {}
 
     def holds(self, path):
+        """Whether the file at path (not followed if a link) is the very file found good there."""
         try:
-            return self.entries.get(path) == stamp(path)
+            return self.entries.get(path) == identity(os.lstat(path))
         except OSError:
             return False
 
-    def add(self, path):
-        self.entries[path] = stamp(path)
-        self.dropped.discard(path)
+    def add(self, path, found):
+        """Record path as good: found is the identity of the file that was hashed (from its descriptor)."""
+        with self.lock:
+            self.entries[path] = found
+            self.dropped.discard(path)
 
     def drop(self, path):
-        self.entries.pop(path, None)
-        self.dropped.add(path)
+        with self.lock:
+            self.entries.pop(path, None)
+            self.dropped.add(path)
 
     def save(self):
         """Merge into the file under a lock (another run may have written it meanwhile), atomically."""
@@ -120,10 +155,12 @@ class VerifiedCache:
             os.replace(temp, self.path)
 
 
-def hash_files(items, workers, on_bytes=None, deadline=None):
+def hash_files(items, workers, on_bytes=None, deadline=None, cache=None):
     """{path: (name, verdict)} for [(path, name)] hashed in parallel, largest first; verdict None (good),
-    a reason, or "unverified" when the deadline came first."""
-    items = sorted(items, key=lambda item: -os.path.getsize(item[0]))
+    a reason, or "unverified" when the deadline came first or the file changed while it was read. Each good
+    file is recorded in cache as it finishes, by the identity of what was read."""
+    sizes = {path: os.path.getsize(path) for path, _ in items}
+    items = sorted(items, key=lambda item: -sizes[item[0]])
     results, lock = {}, threading.Lock()
     queue = deque(items)
 
@@ -137,13 +174,14 @@ def hash_files(items, workers, on_bytes=None, deadline=None):
                 results[path] = (name, "unverified")
                 continue
             try:
-                found = blob_digest(path, name)
-                verdict = None if found == name else f"content hashes to {found[:12]}"
+                verdict, found = hash_blob(path, name)
             except OSError as error:
-                verdict = f"unreadable ({error.strerror})"
+                verdict, found = f"unreadable ({error.strerror})", None
+            if verdict is None and cache is not None:
+                cache.add(path, found)
             results[path] = (name, verdict)
             if on_bytes is not None:
-                on_bytes(os.path.getsize(path) if os.path.exists(path) else 0)
+                on_bytes(sizes[path])
 
     threads = [threading.Thread(target=work, daemon=True) for _ in range(max(1, min(workers, len(items))))]
     for thread in threads:
@@ -198,12 +236,12 @@ def verify(options):
             if options.get("progress"):
                 emit("progress", {"done": done[0], "total": total})
 
-    results = hash_files(todo, options.get("workers") or os.cpu_count() or 2, counted, deadline)
+    results = hash_files(todo, options.get("workers") or os.cpu_count() or 2, counted, deadline, cache)
     for path, (name, verdict) in results.items():
         repo = os.path.basename(os.path.dirname(os.path.dirname(path)))
         if verdict is None:
-            cache.add(path)
-        elif verdict == "unverified":
+            continue
+        if verdict == "unverified":
             report[repo]["unverified"].append(name)
         else:
             report[repo]["bad"][name] = verdict

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-from mn_blobs import VerifiedCache, emit, fd_digest, is_blob_name, is_repo_folder
+from mn_blobs import VerifiedCache, emit, fd_digest, identity, is_blob_name, is_repo_folder
 from mn_links import link_repos, open_under
 from mn_wire import ACK, BYE, HANDSHAKE_TIMEOUT, HEADER, kernel_timeouts, make_pipe, read_exact, receive_into, server_handshake
 
@@ -179,25 +179,35 @@ class Receiver:
                 self.pending.append(entry)
 
     def settle(self, entry):
-        """Verify a whole file; good: renamed into blobs/ and cached; bad: removed."""
+        """Verify a whole file; good: renamed into blobs/ and cached; bad: removed. What lands in blobs/ must be
+        the file that was hashed (its device and inode, unwritten since): a part file swapped or written while it
+        was verified is taken out again, never kept or recorded."""
         folder, name = self.folders[entry["repo"]], entry["blob"]
+        found = None
         try:
             fd = self.open_part(entry, os.O_RDONLY)
             try:
-                good = fd_digest(fd, name) == name
+                before = os.fstat(fd)
+                good = fd_digest(fd, name) == name and identity(os.fstat(fd)) == identity(before)
                 if good:
                     os.fchmod(fd, self.blob_mode)
                     os.replace(name + PART, name, src_dir_fd=folder, dst_dir_fd=folder)
+                    landed, now = os.stat(name, dir_fd=folder, follow_symlinks=False), os.fstat(fd)
+                    if (landed.st_dev, landed.st_ino, now.st_size, now.st_mtime_ns) == \
+                            (now.st_dev, now.st_ino, before.st_size, before.st_mtime_ns):
+                        found = identity(now)
+                    else:
+                        os.unlink(name, dir_fd=folder)  # not the file hashed: it does not stay under the blob's name
             finally:
                 os.close(fd)
         except OSError:
-            good = False
-        if good:
-            self.cache.add(self.blob(entry))
+            found = None
+        if found is not None:
+            self.cache.add(self.blob(entry), found)
         else:
             self.remove_part(entry)
-        self.verdicts[entry["id"]] = good
-        return good
+        self.verdicts[entry["id"]] = found is not None
+        return found is not None
 
     def finish(self, link):
         """Verify what arrived whole, drop partial files; with link, link the snapshots and refs."""
