@@ -2,7 +2,8 @@
 against the `Runtime` protocol) joins with one registry line and its module, and every command that takes a
 runtime's name knows it: its inventory section and options, its profile settings checked by its own
 definitions, its rendered files (a model repository), its server's readiness paths and one-generation shape,
-its metrics on a port of its own without draft counters, its stage limits, its fix texts, no playbook."""
+its metrics on a port of its own without draft counters (status and bench read what it has), its stage limits,
+its serving stage (diagnose's), its fix texts, no playbook."""
 
 from __future__ import annotations
 
@@ -16,7 +17,12 @@ import pytest
 import yaml
 from fakenode import FakeNode
 
+import sparkpair.bench as bench
 from sparkpair import registry
+from sparkpair.bench.client import Endpoint
+from sparkpair.bench.configs import EngineConfig
+from sparkpair.bench.prompts import load_prompts
+from sparkpair.bench.stats import RequestTiming
 from sparkpair.checks import Facts, Status, run_checks
 from sparkpair.checks.catalog import DRIFT_CHECKS
 from sparkpair.cli import main
@@ -25,6 +31,7 @@ from sparkpair.engine import diagnose, fabric, lifecycle, readiness, stages, wat
 from sparkpair.engine.state import LaunchState
 from sparkpair.errors import InventoryError, RenderError
 from sparkpair.inventory import Inventory, parse_inventory
+from sparkpair.progress import silent
 from sparkpair.runtimes import Runtime, checked_view, engine_sections, inventory_schema, render_profile, runtime_named
 from sparkpair.transport.httpio import Reply
 
@@ -150,3 +157,28 @@ def test_the_published_schema_knows_its_options_and_accepts_its_inventory(third:
     validator = jsonschema.Draft202012Validator(schema)
     assert not list(validator.iter_errors({**EXAMPLE, **THIRD}))
     assert list(validator.iter_errors({**EXAMPLE, "engines": {"third": {"options": {"metrics_prot": 1}}}}))
+
+
+def test_diagnose_knows_a_start_served_by_its_own_serving_stage(third: Runtime) -> None:
+    hint = "NCCL INFO NET/IB : No device found."   # a warning that only matters in a start that did not serve
+    served = diagnose.classify(f"third-serve booting\n{hint}\nthird ready\n", third)
+    assert "fabric.roce" not in [item.cause for item in served]
+    uvicorn = f"third-serve booting\n{hint}\nINFO:     Uvicorn running on http://0.0.0.0:8355\n"
+    assert "fabric.roce" in [item.cause for item in diagnose.classify(uvicorn, third)]   # another engine's line
+    assert "fabric.roce" not in [item.cause for item in diagnose.classify(uvicorn, runtime_named("trtllm"))]
+
+
+def test_bench_measures_an_engine_without_draft_counters_and_reads_no_acceptance(
+        third: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refused(*args: object, **kwargs: object) -> None:
+        raise AssertionError("bench read draft statistics the engine does not publish")
+
+    timing = RequestTiming(True, ttft_s=0.1, latency_s=0.5, decode_s=0.4, output_tokens=5, chunks=5)
+    monkeypatch.setattr(bench, "run_streams", lambda *args: ([timing], 0.5))
+    monkeypatch.setattr(bench, "CounterStats", refused)
+    monkeypatch.setattr(bench, "IterationStats", refused)
+    config = EngineConfig("baseline", "qwen3-235b", inventory(runtime="third"), None, relaunch=False)
+    options = bench.BenchOptions("qwen3-235b", [1], 1, 16, None, False, [], Path("."), False)
+    stats, errors = bench._measure_level(Endpoint("198.18.0.11", 8355, TARGET, third.api), load_prompts(None), config,
+                                         1, options, silent)
+    assert (stats.acceptance, errors) == (None, [])
