@@ -149,12 +149,13 @@ def logs_cmd(app: App, node: str | None, tail: int, follow: bool, classify: bool
         if follow:
             lifecycle.follow_logs(pair, app.inventory, node, tail, report.line)
         elif classify:
-            from sparkpair.engine import diagnose, stages
+            from sparkpair.engine import diagnose
+            from sparkpair.report import diagnose as shown
 
             text = "\n".join(item.text for item in lifecycle.logs(pair, app.inventory, node, max(tail, DIAGNOSE_TAIL)))
-            found = diagnose.classify(text)
-            report.diagnoses(found, serving=stages.is_serving(text))
-            return 1 if found else 0
+            result = diagnose.examine(text)
+            shown.examination(result)
+            return 1 if result.findings else 0
         else:
             report.rank_logs(lifecycle.logs(pair, app.inventory, node, tail))
     return 0

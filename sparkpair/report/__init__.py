@@ -3,7 +3,8 @@
 Data goes to stdout; errors and progress go to stderr, so `--json` output can be piped. Plain lines and
 doctor's findings tables (`table`) are written directly; styled output (errors, diffs, status, bench)
 goes through rich. Holds the printing here, `table` (doctor's tables laid out), `lock` (the lock's
-differences, the nodes side by side) and `draft` (what `sparkpair train-draft` prints). May import: only
+differences, the nodes side by side), `draft` (what `sparkpair train-draft` prints) and `diagnose` (what
+`sparkpair diagnose` and `logs --diagnose` print). May import: only
 the layers below its own in pyproject.toml's `[tool.importlinter]`, and at run time only rich,
 `progress` and `inventory.messages`: what it prints (findings, launch and bundle results, status) is
 typed through TYPE_CHECKING imports, so `--json` and `--help` load no flow
@@ -345,21 +346,6 @@ def causes(items: Sequence[Diagnosis]) -> None:
         for text in item.evidence[:2]:
             note(f"  evidence: {one_line(text)}")
         note(f"  fix: {item.fix} ({item.runbook})")
-
-
-def diagnoses(items: Sequence[Diagnosis], serving: bool) -> None:
-    """`sparkpair diagnose`: each likely cause, most likely first, with its evidence, fix and runbook."""
-    if not items:
-        line("no failure found: the start reached serving" if serving else
-             "no failure found in the logs (nothing matched a known cause, and no start was seen stopping)")
-        return
-    for number, item in enumerate(items, 1):
-        out().print(f"[bold red]{number}. {escape(item.cause)}[/]: {escape(one_line(item.summary))}")
-        line("   evidence:")
-        for text in item.evidence:
-            line(f"     | {one_line(text)}")
-        line(f"   fix: {one_line(item.fix)}")
-        line(f"   runbook: {item.runbook}")
 
 
 def status(result: EngineStatus) -> None:
