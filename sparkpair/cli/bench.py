@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from sparkpair.cli.app import App, cli, pass_app
-from sparkpair.cli.options import int_list, known_profile
+from sparkpair.cli.options import int_list, known_profile, writable_target
 
 
 @cli.command("bench")
@@ -29,7 +29,10 @@ def bench_cmd(app: App, profile: str | None, concurrency: str, requests_: int, m
     """Measure what speculative decoding buys: TTFT, tokens/s, latency percentiles, draft acceptance."""
     from sparkpair import report
     from sparkpair.bench import BenchOptions, record, run_bench, write_outputs
+    from sparkpair.bench.prompts import load_prompts
 
+    load_prompts(prompts)   # a bad prompts file and an unwritable --out are refused before any node is asked
+    writable_target(out_dir, "--out", directory=True)
     inv = app.inventory
     options = BenchOptions(profile=known_profile(inv, profile), concurrency=int_list(concurrency, "--concurrency"),
                            requests=requests_, max_tokens=max_tokens, prompts=prompts,
@@ -37,7 +40,7 @@ def bench_cmd(app: App, profile: str | None, concurrency: str, requests_: int, m
                            draft_lengths=int_list(draft_len, "--draft-len") if draft_len else [],
                            out_dir=out_dir, as_json=as_json, inventory_path=Path(app.inventory_path))
     with app.pair() as pair:
-        pair.connect()
+        pair.connect(changing=bool(compare_baseline or draft_len))
         with app.locked(pair, f"bench {options.profile}", dry_run=not (compare_baseline or draft_len)):
             result = run_bench(pair, inv, options, report.event)
     if as_json:  # shown before the files are written: a failed write loses nothing measured

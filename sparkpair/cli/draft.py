@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from sparkpair.cli.app import App, cli, pass_app
-from sparkpair.cli.options import known_profile
+from sparkpair.cli.options import known_profile, writable_target
 
 
 @cli.command("train-draft")
@@ -51,9 +51,11 @@ def train_draft_cmd(app: App, profile: str | None, name: str | None, prompts: Pa
     options = DraftOptions(profile=known_profile(inv, profile), name=name, runtime=runtime, prompts=prompts,
                            steps=steps, max_tokens=max_tokens, image=image or train.DEFAULT_IMAGE, seed=seed,
                            requests=requests_, out_dir=out_dir, nodes=nodes)
-    check_options(inv, options)  # a bad name or profile is refused before any node is asked
+    check_options(inv, options)  # a bad name, profile or prompts file is refused before any node is asked
+    if not dry_run:
+        writable_target(out_dir, "--out", directory=True)
     with app.pair() as pair:
-        pair.connect()
+        pair.connect(changing=not dry_run)
         if dry_run:
             plan = plan_steps(pair, inv, options)
             report.emit_json(plan) if as_json else draft_report.draft_plan(plan)

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from sparkpair.cli.app import App, cli, pass_app
-from sparkpair.cli.options import Seconds, known_profile, nccl_tests_path, resolved_profile, runtime_option
+from sparkpair.cli.options import Seconds, known_node, known_profile, nccl_tests_path, resolved_profile, runtime_option
 
 DIAGNOSE_TAIL = 2000  # lines per rank `logs --diagnose` reads by default
 
@@ -89,7 +89,7 @@ def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool
                                  "with --lock PATH", param_hint="--locked")
     inventory_file, written = Path(app.inventory_path), None
     with app.pair() as pair:
-        pair.connect()
+        pair.connect(changing=not dry_run)
         with app.locked(pair, f"launch {options.profile}", dry_run=dry_run):
             differences = lockflow.drift(pair, inv, options, previous, inventory_file) if previous else []
             if locked and differences:
@@ -145,6 +145,7 @@ def logs_cmd(app: App, node: str | None, tail: int, follow: bool, classify: bool
 
     if follow and classify:
         raise click.UsageError("--diagnose reads the logs once; it cannot be combined with --follow")
+    known_node(app.inventory, node)   # a typo is refused before any node is asked
     with app.pair() as pair:
         if follow:
             lifecycle.follow_logs(pair, app.inventory, node, tail, report.line)
@@ -170,7 +171,7 @@ def stop_cmd(app: App, dry_run: bool) -> int:
     from sparkpair.engine import containers, lifecycle
 
     with app.pair() as pair:
-        pair.connect()
+        pair.connect(changing=not dry_run)
         if dry_run:
             names = lifecycle.engine_container_names(app.inventory)
             for name, connection in pair.nodes.items():

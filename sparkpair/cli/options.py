@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -32,6 +33,35 @@ def known_profile(inv: Inventory, name: str | None) -> str:
         raise click.BadParameter(f"no profile {name!r}; known: {', '.join(sorted(inv.profiles))}",
                                  param_hint="PROFILE")
     return name
+
+
+def known_node(inv: Inventory, name: str | None, option: str = "--node") -> str | None:
+    """name when the inventory has such a node (None stays None); a usage error naming the nodes otherwise."""
+    names = [node.name for node in inv.nodes]
+    if name is not None and name not in names:
+        raise click.BadParameter(f"no node {name!r} in the inventory; its nodes: {', '.join(names)}", param_hint=option)
+    return name
+
+
+def writable_target(path: Path, option: str, *, directory: bool = False) -> None:
+    """Refuse, before any node is asked, an output path sparkpair could not write at the end of its run: a file
+    (or, with directory, a folder) that cannot be created there. Proven by creating and removing a temporary
+    file in the folder that would hold it, so root on a read-only mount is refused too."""
+    import os
+    import tempfile
+
+    folder = path if directory and path.is_dir() else path.parent if not directory else path
+    if path.exists() and (path.is_dir() != directory):
+        raise click.BadParameter(f"{path} exists and is {'not a folder' if directory else 'a folder'}", param_hint=option)
+    while directory and not folder.exists() and folder != folder.parent:
+        folder = folder.parent   # a results folder is made with its parents: the first that exists must be writable
+    try:
+        descriptor, probe = tempfile.mkstemp(prefix=".sparkpair-write-test-", dir=folder or Path("."))
+    except OSError as error:
+        raise click.BadParameter(f"cannot write {path}: {error.strerror or error} ({folder or Path('.')})",
+                                 param_hint=option) from None
+    os.close(descriptor)
+    os.unlink(probe)
 
 
 RUNTIME_CHOICES = ("trtllm", "vllm")  # sparkpair.runtimes.RUNTIME_NAMES, without importing it at start-up
