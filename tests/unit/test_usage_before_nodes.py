@@ -96,9 +96,8 @@ def test_a_bundle_that_collected_nothing_from_any_node_exits_1(example_inventory
 def test_models_token_is_skip_naming_models_present_while_the_nodes_are_unreachable() -> None:
     import test_checks
 
-    from sparkpair.checks import Status
+    from sparkpair.checks import Status, run_checks
     from sparkpair.checks.catalog import CHECKS
-    from sparkpair.checks import run_checks
 
     facts = test_checks.healthy()
     for name in ("spark-a", "spark-b"):
