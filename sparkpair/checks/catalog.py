@@ -39,7 +39,8 @@ def is_launch_critical(check: str) -> bool:
 # Every check id doctor can report (--deep's too), for `--only`: tests/unit/test_runbook_coverage.py fails while
 # this and the ids the checks emit differ.
 CHECK_IDS: tuple[str, ...] = (
-    "inventory.valid", "inventory.port-names", "inventory.twin-subnets", "reach.ssh", "reach.sudo", "reach.same-user", "platform.dgx-os",
+    "inventory.valid", "inventory.port-names", "inventory.twin-subnets", "reach.ssh", "reach.sudo", "reach.same-user",
+    "platform.dgx-os",
     "platform.gpu", "platform.driver-match", "links.present", "links.carrier", "links.speed", "links.address",
     "links.mtu", "links.persistent", "links.rdma", "links.roce", "links.mtu-match", "links.crossed", "path.ping",
     "path.mtu", "trust.ssh", "docker.group", "docker.daemon", "docker.nvidia-runtime", "docker.image",
