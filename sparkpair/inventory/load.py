@@ -104,7 +104,7 @@ def _node_problems_alone(data: dict[str, Any]) -> list[str]:
 
 def _profile_problems(inventory: Inventory) -> list[str]:
     problems: list[str] = []
-    sources = profile_sources(inventory.models)
+    sources = profile_sources(inventory.models, len(inventory.nodes))
     for name, source in sources.items():
         try:
             parse(Profile, resolve(name, source))

@@ -297,7 +297,8 @@ class Inventory:
     @cached_property
     def profiles(self) -> dict[str, Profile]:
         """Every profile, built-in and inventory-defined, validated, each on its own runtime."""
-        return {name: parse(Profile, resolve(name, src)) for name, src in profile_sources(self.models).items()}
+        return {name: parse(Profile, resolve(name, src))
+                for name, src in profile_sources(self.models, len(self.nodes)).items()}
 
     def profile(self, name: str | None = None, runtime: str | None = None) -> Profile:
         """Profile name (default: server.profile) on runtime (default: the profile's own). KeyError names
@@ -308,7 +309,7 @@ class Inventory:
         if wanted is None or wanted == own.runtime:
             return own
         try:
-            return parse(Profile, resolve(name, profile_sources(self.models)[name], wanted))
+            return parse(Profile, resolve(name, profile_sources(self.models, len(self.nodes))[name], wanted))
         except KeyError:
             if runtime is None:  # the inventory's runtime, which this profile has no variant for: its own
                 return own

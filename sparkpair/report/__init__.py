@@ -257,6 +257,8 @@ def launch_plan(planned: LaunchPlan) -> None:
     for name, state in planned.containers.items():
         line(f"{name}: engine container (now: {state}) from {planned.image}")
     line(f"models ({planned.model_source}): {', '.join(planned.repos)} on {', '.join(planned.nodes)}")
+    if planned.split:
+        line("split: " + planned.split)
     line("serve: " + planned.serve)
 
 
