@@ -5,7 +5,14 @@ from __future__ import annotations
 import click
 
 from sparkpair.cli.app import App, cli, pass_app
-from sparkpair.cli.options import Seconds, nccl_tests_path, resolved_profile, runtime_option, split_ids
+from sparkpair.cli.options import (
+    Seconds,
+    nccl_tests_path,
+    resolved_profile,
+    runtime_option,
+    split_ids,
+    unknown_selection,
+)
 
 
 @cli.command("doctor")
@@ -27,11 +34,8 @@ def doctor_cmd(app: App, profile: str | None, runtime: str | None, as_json: bool
 
     nccl_tests = nccl_tests_path(nccl_tests, "--deep", deep)
     selection = split_ids(only)
-    if selection is not None:
-        from sparkpair.checks.catalog import unknown_selection
-
-        if unknown := unknown_selection(selection):   # a typo is refused before any node is asked
-            raise click.UsageError("; ".join(unknown))
+    if selection is not None and (unknown := unknown_selection(selection)):   # before any node is asked
+        raise click.UsageError("; ".join(unknown))
     inv = app.inventory
     chosen = resolved_profile(inv, profile, runtime)
     name = chosen.name

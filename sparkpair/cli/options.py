@@ -64,6 +64,39 @@ def writable_target(path: Path, option: str, *, directory: bool = False) -> None
     os.unlink(probe)
 
 
+# Every check id doctor can report (--deep's too), for `--only`; literal here so that a typo is refused before the
+# checks are imported and any node is asked (tests/unit/test_runbook_coverage.py fails while this and the ids the
+# checks emit differ).
+CHECK_IDS: tuple[str, ...] = (
+    "inventory.valid", "inventory.port-names", "inventory.twin-subnets", "reach.ssh", "reach.sudo", "reach.same-user",
+    "platform.dgx-os",
+    "platform.gpu", "platform.driver-match", "links.present", "links.carrier", "links.speed", "links.address",
+    "links.mtu", "links.persistent", "links.rdma", "links.roce", "links.mtu-match", "links.crossed", "path.ping",
+    "path.mtu", "trust.ssh", "docker.group", "docker.daemon", "docker.nvidia-runtime", "docker.image",
+    "docker.image-match", "docker.image-mode", "docker.container", "ports.serving", "ports.sshd", "models.present",
+    "models.match", "models.hub", "models.writable", "models.disk", "models.draft-record", "models.token",
+    "memory.available", "clock.skew", "playbook.image", "playbook.env", "playbook.flags", "playbook.model",
+    "playbook.addressing", "deep.mpi", "deep.allreduce", "deep.token", "deep.bandwidth", "deep.nccl", "deep.cleanup",
+)
+GROUPS: tuple[str, ...] = tuple(dict.fromkeys(check.split(".")[0] for check in CHECK_IDS))
+
+
+def unknown_selection(only: set[str]) -> list[str]:
+    """One line per --only entry that is neither a check id nor a group, with the closest known names."""
+    import difflib
+
+    known = [*GROUPS, *CHECK_IDS]
+    lines = []
+    for entry in sorted(only):
+        if entry in known:
+            continue
+        close = difflib.get_close_matches(entry, known, n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        lines.append(f"--only: no check or group {entry!r}; {hint}groups: {', '.join(GROUPS)} (or a check id, "
+                     "docs/runbooks.md)")
+    return lines
+
+
 RUNTIME_CHOICES = ("trtllm", "vllm")  # sparkpair.runtimes.RUNTIME_NAMES, without importing it at start-up
 runtime_option = click.option(
     "--runtime", type=click.Choice(RUNTIME_CHOICES), default=None,

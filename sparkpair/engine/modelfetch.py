@@ -25,7 +25,7 @@ from sparkpair.progress import Event, Progress
 from sparkpair.render import recipe
 from sparkpair.transport import Node, Pair, Shell, docker_cli
 
-DOWNLOAD_ENV = {"HOME": "/tmp", "HF_HUB_OFFLINE": "0"}
+DOWNLOAD_ENV = recipe.DOWNLOAD_ENV
 
 
 def _user(node: Node) -> str:

@@ -2,7 +2,8 @@
 
 Data goes to stdout; errors and progress go to stderr, so `--json` output can be piped. Plain lines and
 doctor's findings tables (`table`) are written directly; styled output (errors, diffs, status, bench)
-goes through rich. Holds the printing here, `table` (doctor's tables laid out), `lock` (the lock's
+goes through rich. Holds the printing here, `table` (doctor's tables laid out), `holdpoint` (a test's hold on a
+stderr line), `lock` (the lock's
 differences, the nodes side by side), `draft` (what `sparkpair train-draft` prints) and `diagnose` (what
 `sparkpair diagnose` and `logs --diagnose` print). May import: only
 the layers below its own in pyproject.toml's `[tool.importlinter]`, and at run time only rich,
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from sparkpair.inventory.messages import one_line
 from sparkpair.progress import Event
-from sparkpair.report import table
+from sparkpair.report import holdpoint, table
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -84,6 +85,7 @@ def line(text: str = "") -> None:
 def note(text: str) -> None:
     """A progress or status line on stderr."""
     _write(sys.stderr, text)
+    holdpoint.reached(text, lambda shown: _write(sys.stderr, shown))
 
 
 def error_lines(lines: list[str]) -> None:
@@ -94,6 +96,7 @@ def error_lines(lines: list[str]) -> None:
 
 def warning(text: str) -> None:
     err().print(f"[yellow]warning:[/] {escape(one_line(text))}")
+    holdpoint.reached(f"warning: {text}", lambda shown: _write(sys.stderr, shown))
 
 
 def emit_json(data: object) -> None:

@@ -64,7 +64,7 @@ def runbook_sections() -> set[str]:
 
 
 def test_doctor_s_list_of_ids_for_only_is_the_ids_the_checks_emit() -> None:
-    from sparkpair.checks.catalog import CHECK_IDS
+    from sparkpair.cli.options import CHECK_IDS
 
     assert len(CHECK_IDS) == len(set(CHECK_IDS)) and set(CHECK_IDS) == check_ids()
 
