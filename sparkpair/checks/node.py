@@ -72,7 +72,8 @@ def check_reach(facts: Facts) -> Iterable[Finding]:
         else:
             yield (ok("reach.sudo", name, "sudo -n works") if sudo is True else
                    fail("reach.sudo", name, "sudo asks for a password (setup-network and launch need sudo -n)",
-                        f"echo '{cluster.user} ALL=(ALL) NOPASSWD:ALL' | sudo tee /etc/sudoers.d/sparkpair"))
+                        f"echo '{cluster.user} ALL=(ALL) NOPASSWD:ALL' | sudo tee /etc/sudoers.d/sparkpair, one file "
+                        "you can review and remove; what sparkpair runs as root: docs/checklist.md#sudo"))
     identities = {name: value for name, value in per_node(facts, host.IDENTITY)
                   if not isinstance(value, ProbeFailure)}
     if len(identities) == len(facts.inventory.nodes):  # judged once every node answered

@@ -97,6 +97,11 @@ def unknown_selection(only: set[str]) -> list[str]:
     return lines
 
 
+# The stages `launch --stall-after` takes: the launch watch's own and every runtime's (engine.watch.DEFAULT_LIMITS),
+# literal so that --help imports no runtime; tests/unit/test_docs_honest.py fails while the two differ.
+STALL_STAGES = ("start", "launcher", "mpi", "model", "nccl", "warmup", "executor", "serving", "distributed", "compile",
+                "kvcache")
+
 RUNTIME_CHOICES = ("trtllm", "vllm")  # sparkpair.runtimes.RUNTIME_NAMES, without importing it at start-up
 runtime_option = click.option(
     "--runtime", type=click.Choice(RUNTIME_CHOICES), default=None,
