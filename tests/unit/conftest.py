@@ -4,8 +4,8 @@ caught the AssertionError it raised.
 
 The unit tests need `pip install -e '.[test]'` and nothing more: the testbed package (tests/testbed, standard
 library only) is imported from the tree when it is not installed, and the few tests that run OpenMPI's mpirun
-with mpi4py (the `mpi` extra and Debian's openmpi-bin, which scripts/setup installs) skip saying so where they
-are missing, unless SPARKPAIR_REQUIRE_MPI is set (scripts/test sets it: CI never skips them)."""
+with mpi4py (the `mpi` extra and Debian's openmpi-bin, which scripts/setup installs) or `netplan generate` skip
+saying so where they are missing, unless SPARKPAIR_REQUIRE_TOOLS is set (scripts/test sets it: CI never skips them)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def needs_mpi() -> None:
     missing = [what for what, found in (("OpenMPI's mpirun (Debian: openmpi-bin)", shutil.which("mpirun")),
                                          ("mpi4py (pip install -e '.[test,mpi]')", importlib.util.find_spec("mpi4py")))
                if not found]
-    if missing and not os.environ.get("SPARKPAIR_REQUIRE_MPI"):
+    if missing and not os.environ.get("SPARKPAIR_REQUIRE_TOOLS"):
         pytest.skip(f"needs {' and '.join(missing)}; scripts/setup installs both")
     assert not missing, f"{' and '.join(missing)} missing: scripts/setup installs it"
 
