@@ -109,5 +109,5 @@ def _readiness_lines(inventory: Inventory, profile: Profile) -> list[str]:
     tries = READY_WAIT_S // 5
     return [f"for try in $(seq {tries}); do curl -sf {base}/health >/dev/null && break; sleep 5; done  "
             f"# up to {READY_WAIT_S // 60} minutes",
-            f"curl -sf {base}/health", f"curl -sf {base}/v1/models",
-            f"curl -sf {base}/v1/chat/completions -H 'Content-Type: application/json' -d {shlex.quote(body)}"]
+            f"curl -sf -w '\\n' {base}/health", f"curl -sf -w '\\n' {base}/v1/models",
+            f"curl -sf -w '\\n' {base}/v1/chat/completions -H 'Content-Type: application/json' -d {shlex.quote(body)}"]

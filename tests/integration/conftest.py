@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -23,6 +24,12 @@ from sparkpair import paths
 
 ROOT = Path(__file__).resolve().parents[2]
 NETWORKED = "sparkpair setup-network"  # in testbed.since_reset once it succeeded
+
+# A suite started in the background by a shell without job control (`sh -c 'pytest ... &'`, some CI runners)
+# inherits SIGINT ignored, and so would every sparkpair it starts: the tests' Ctrl-C would never land, and an
+# interrupted run would finish with code 0. A handler of our own is reset to the default in each child.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items):
@@ -72,8 +79,6 @@ def run_sparkpair(inventory: Path, *args, env: dict | None = None, timeout: floa
 
 def _end(proc: subprocess.Popen) -> tuple[str, str]:
     """Stop a run and every process it started (its own session): SIGTERM, then SIGKILL; what it printed."""
-    import signal
-
     for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 30)):
         try:
             os.killpg(proc.pid, sig)

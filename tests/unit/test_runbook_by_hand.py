@@ -1,7 +1,7 @@
 """The rendered runbook (launch.sh) works when a person runs it (issue 38, item 5): every `sparkpair` line names
 the runtime, the download turns the hub on that the container's environment turns off, each node's container
 carries its own label on a step of its own, the stable model paths the engine names are made, and readiness
-waits. tests/integration/test_runbook_by_hand.py runs one on the simulated pair."""
+waits, then prints each answer on a line of its own. tests/integration/test_runbook_by_hand.py runs one on the simulated pair."""
 
 from __future__ import annotations
 
@@ -72,4 +72,4 @@ def test_readiness_waits_for_the_server_before_it_asks(rendered: Path) -> None:
     (ready,) = [lines for title, _, lines in steps(rendered / "trtllm/qwen3-235b/launch.sh")
                 if title.startswith("Readiness")]
     assert ready[0].startswith("for try in $(seq 360); do curl -sf http://localhost:8355/health")
-    assert all(line.startswith("curl -sf ") for line in ready[1:])
+    assert all(line.startswith("curl -sf -w '\\n' ") for line in ready[1:])   # each answer on a line of its own

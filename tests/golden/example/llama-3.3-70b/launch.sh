@@ -34,9 +34,9 @@ docker exec -d trtllm-multinode sh -c 'mkdir -p /var/log/sparkpair && exec trtll
 
 # 7. Readiness: port, /health, /v1/models, one completion  [on spark-a]
 for try in $(seq 360); do curl -sf http://localhost:8355/health >/dev/null && break; sleep 5; done  # up to 30 minutes
-curl -sf http://localhost:8355/health
-curl -sf http://localhost:8355/v1/models
-curl -sf http://localhost:8355/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "nvidia/Llama-3.3-70B-Instruct-FP4", "messages": [{"role": "user", "content": "Paris is great because"}], "max_tokens": 64}'
+curl -sf -w '\n' http://localhost:8355/health
+curl -sf -w '\n' http://localhost:8355/v1/models
+curl -sf -w '\n' http://localhost:8355/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "nvidia/Llama-3.3-70B-Instruct-FP4", "messages": [{"role": "user", "content": "Paris is great because"}], "max_tokens": 64}'
 
 # 8. Stop  [on spark-a]
 docker rm -f trtllm-multinode

@@ -43,9 +43,9 @@ docker exec -d vllm-multinode sh -c 'mkdir -p /var/log/sparkpair && exec vllm se
 
 # 10. Readiness: port, /health, /v1/models, one completion  [on spark-a]
 for try in $(seq 360); do curl -sf http://localhost:8355/health >/dev/null && break; sleep 5; done  # up to 30 minutes
-curl -sf http://localhost:8355/health
-curl -sf http://localhost:8355/v1/models
-curl -sf http://localhost:8355/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "Qwen/Qwen3-235B-A22B-GPTQ-Int4", "messages": [{"role": "user", "content": "Paris is great because"}], "max_tokens": 64}'
+curl -sf -w '\n' http://localhost:8355/health
+curl -sf -w '\n' http://localhost:8355/v1/models
+curl -sf -w '\n' http://localhost:8355/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "Qwen/Qwen3-235B-A22B-GPTQ-Int4", "messages": [{"role": "user", "content": "Paris is great because"}], "max_tokens": 64}'
 
 # 11. Stop  [on spark-a and spark-b]
 docker rm -f vllm-multinode
