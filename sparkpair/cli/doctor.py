@@ -5,7 +5,14 @@ from __future__ import annotations
 import click
 
 from sparkpair.cli.app import App, cli, pass_app
-from sparkpair.cli.options import Seconds, nccl_tests_path, resolved_profile, runtime_option, split_ids
+from sparkpair.cli.options import (
+    Seconds,
+    nccl_tests_path,
+    resolved_profile,
+    runtime_option,
+    split_ids,
+    unknown_selection,
+)
 
 
 @cli.command("doctor")
@@ -26,6 +33,9 @@ def doctor_cmd(app: App, profile: str | None, runtime: str | None, as_json: bool
     import time
 
     nccl_tests = nccl_tests_path(nccl_tests, "--deep", deep)
+    selection = split_ids(only)
+    if selection is not None and (unknown := unknown_selection(selection)):   # before any node is asked
+        raise click.UsageError("; ".join(unknown))
     inv = app.inventory
     chosen = resolved_profile(inv, profile, runtime)
     name = chosen.name
@@ -40,7 +50,7 @@ def doctor_cmd(app: App, profile: str | None, runtime: str | None, as_json: bool
         # --deep starts containers on the nodes: it takes the pair's lock (when the head answers at all;
         # an unreachable head is one of the findings, and no MPI job runs without it)
         with app.locked(pair, "doctor --deep", dry_run=not (deep and app.reachable(pair.head))):
-            findings = doctor(pair, inv.for_runtime(chosen.runtime), chosen, split_ids(only), timeout=timeout,
+            findings = doctor(pair, inv.for_runtime(chosen.runtime), chosen, selection, timeout=timeout,
                               deep=deep, nccl_tests=nccl_tests)
     elapsed = time.monotonic() - start
     if as_json:

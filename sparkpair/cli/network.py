@@ -38,7 +38,7 @@ def setup_network_cmd(app: App, dry_run: bool, yes: bool, restore: bool, last: b
 
     wanted = None if restore else wanted_netplan(inventory)
     with connecting as pair:
-        pair.connect()
+        pair.connect(changing=not dry_run)
         with app.locked(pair, "setup-network", dry_run):
             if restore:
                 return 0 if flow.restore(pair, inventory, report.event, last=last) else 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -33,6 +34,73 @@ def known_profile(inv: Inventory, name: str | None) -> str:
                                  param_hint="PROFILE")
     return name
 
+
+def known_node(inv: Inventory, name: str | None, option: str = "--node") -> str | None:
+    """name when the inventory has such a node (None stays None); a usage error naming the nodes otherwise."""
+    names = [node.name for node in inv.nodes]
+    if name is not None and name not in names:
+        raise click.BadParameter(f"no node {name!r} in the inventory; its nodes: {', '.join(names)}", param_hint=option)
+    return name
+
+
+def writable_target(path: Path, option: str, *, directory: bool = False) -> None:
+    """Refuse, before any node is asked, an output path sparkpair could not write at the end of its run: a file
+    (or, with directory, a folder) that cannot be created there. Proven by creating and removing a temporary
+    file in the folder that would hold it, so root on a read-only mount is refused too."""
+    import os
+    import tempfile
+
+    folder = path if directory and path.is_dir() else path.parent if not directory else path
+    if path.exists() and (path.is_dir() != directory):
+        raise click.BadParameter(f"{path} exists and is {'not a folder' if directory else 'a folder'}", param_hint=option)
+    while directory and not folder.exists() and folder != folder.parent:
+        folder = folder.parent   # a results folder is made with its parents: the first that exists must be writable
+    try:
+        descriptor, probe = tempfile.mkstemp(prefix=".sparkpair-write-test-", dir=folder or Path("."))
+    except OSError as error:
+        raise click.BadParameter(f"cannot write {path}: {error.strerror or error} ({folder or Path('.')})",
+                                 param_hint=option) from None
+    os.close(descriptor)
+    os.unlink(probe)
+
+
+# Every check id doctor can report (--deep's too), for `--only`; literal here so that a typo is refused before the
+# checks are imported and any node is asked (tests/unit/test_runbook_coverage.py fails while this and the ids the
+# checks emit differ).
+CHECK_IDS: tuple[str, ...] = (
+    "inventory.valid", "inventory.port-names", "inventory.twin-subnets", "reach.ssh", "reach.sudo", "reach.same-user",
+    "platform.dgx-os",
+    "platform.gpu", "platform.driver-match", "links.present", "links.carrier", "links.speed", "links.address",
+    "links.mtu", "links.persistent", "links.rdma", "links.roce", "links.mtu-match", "links.crossed", "path.ping",
+    "path.mtu", "trust.ssh", "docker.group", "docker.daemon", "docker.nvidia-runtime", "docker.image",
+    "docker.image-match", "docker.image-mode", "docker.container", "ports.serving", "ports.sshd", "models.present",
+    "models.match", "models.hub", "models.writable", "models.disk", "models.draft-record", "models.token",
+    "memory.available", "clock.skew", "draft.image", "playbook.image", "playbook.env", "playbook.flags", "playbook.model",
+    "playbook.addressing", "deep.mpi", "deep.allreduce", "deep.token", "deep.bandwidth", "deep.nccl", "deep.cleanup",
+)
+GROUPS: tuple[str, ...] = tuple(dict.fromkeys(check.split(".")[0] for check in CHECK_IDS))
+
+
+def unknown_selection(only: set[str]) -> list[str]:
+    """One line per --only entry that is neither a check id nor a group, with the closest known names."""
+    import difflib
+
+    known = [*GROUPS, *CHECK_IDS]
+    lines = []
+    for entry in sorted(only):
+        if entry in known:
+            continue
+        close = difflib.get_close_matches(entry, known, n=3, cutoff=0.5)
+        hint = f"did you mean {', '.join(close)}? " if close else ""
+        lines.append(f"--only: no check or group {entry!r}; {hint}groups: {', '.join(GROUPS)} (or a check id, "
+                     "docs/runbooks.md)")
+    return lines
+
+
+# The stages `launch --stall-after` takes: the launch watch's own and every runtime's (engine.watch.DEFAULT_LIMITS),
+# literal so that --help imports no runtime; tests/unit/test_docs_honest.py fails while the two differ.
+STALL_STAGES = ("start", "launcher", "mpi", "model", "nccl", "warmup", "executor", "serving", "distributed", "compile",
+                "kvcache")
 
 RUNTIME_CHOICES = ("trtllm", "vllm")  # sparkpair.runtimes.RUNTIME_NAMES, without importing it at start-up
 runtime_option = click.option(

@@ -5,7 +5,8 @@ Holds `containers` (the engine container per node), `modelfetch` (`hf download` 
 every rank node, verified), `meter` (bytes over time as progress), `lifecycle` (start, stop, logs,
 status), `readiness` (port, /health, /v1/models, a completion), `stages` (the stages of a multi-node
 start and the last one a log reached), `signatures` (failure causes, their fixes and the lines that
-show them), `diagnose` (causes from logs, pure), `redact` (secrets out of text, pure), `credentials` (the
+show them), `loglines` (a log's lines found by the words they hold, one pass), `logtime` (a log line's own
+timestamp), `diagnose` (causes from logs, pure), `redact` (secrets out of text, pure), `credentials` (the
 engine's own secrets: placed on the rank nodes, sent as a bearer, redacted by the bundle), `state` (the
 launch state), `watch` (the launch watchdog), `bundle` (`sparkpair bundle`), `collect` (doctor's facts
 from both nodes), `doctor` (the doctor flow: facts, then every judge of `checks`; launch's preflight),

@@ -88,6 +88,7 @@ class BundleResult:
     path: str = ""
     files: list[tuple[str, int, str, Counter[str]]] = field(default_factory=list)  # path, bytes, source, redacted
     missing: list[str] = field(default_factory=list)
+    unreached: list[str] = field(default_factory=list)   # the nodes nothing was collected from
 
     @property
     def redactions(self) -> int:
@@ -207,6 +208,7 @@ def bundle(pair: Pair, inventory: Inventory, out: Path, inventory_file: Path | N
     for name in [node.name for node in inventory.nodes]:
         if name in collected.failed:
             result.missing.append(f"{name}: nothing collected ({collected.failed[name]})")
+            result.unreached.append(name)
             continue
         node_files, missing = collected.values[name]
         files += node_files

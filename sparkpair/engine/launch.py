@@ -22,7 +22,7 @@ from sparkpair.engine.readiness import Readiness, wait_ready
 from sparkpair.engine.state import LaunchState, read_state, write_state
 from sparkpair.errors import Interrupted, SparkpairError, UsageError
 from sparkpair.inventory import Inventory, hftoken
-from sparkpair.inventory.profiles import Profile
+from sparkpair.inventory.profiles import Profile, split_note
 from sparkpair.probes import models
 from sparkpair.progress import Event, Progress
 from sparkpair.render import recipe
@@ -95,6 +95,7 @@ class LaunchPlan:
     serve: str
     preflight: list[Finding] = field(default_factory=list)
     runtime: str = "trtllm"
+    split: str = ""   # the tensor and pipeline parallel sizes, and how they were reached (profiles.split_note)
 
 
 def resolve(inventory: Inventory, options: LaunchOptions) -> tuple[Inventory, Profile]:
@@ -150,7 +151,8 @@ def plan_launch(pair: Pair, inventory: Inventory, options: LaunchOptions) -> Lau
               for name in nodes}
     return LaunchPlan(nodes, [] if failures else config_changes(pair, files, nodes), states, inventory.container.image,
                       profile.repos, options.model_source,
-                      command_line(runtime_of(profile).starts(inventory, profile, nodes)), failures, profile.runtime)
+                      command_line(runtime_of(profile).starts(inventory, profile, nodes)), failures, profile.runtime,
+                      split_note(profile, inventory.models, len(inventory.nodes)))
 
 
 @dataclass
@@ -183,6 +185,7 @@ def launch(pair: Pair, inventory: Inventory, options: LaunchOptions, progress: P
     inventory, profile = resolve(inventory, options)  # a bad profile fails here, before any node is touched
     nodes = rank_nodes(inventory, profile, options.node)
     run = _Run(pair, inventory, options, profile, runtime_of(profile), nodes, progress)
+    progress(Event("", "split: " + split_note(profile, inventory.models, len(inventory.nodes))))
     facts, failures = examined(pair, inventory, profile, nodes)
     if failures:
         return LaunchResult(preflight=failures)

@@ -273,6 +273,11 @@ def hf_cache_on_node(inventory: Inventory, home: str) -> str:
     return home + cache[1:] if cache.startswith("~") else cache
 
 
+# `hf download` in the engine container, whose own environment keeps the hub off while serving (HF_HUB_OFFLINE=1):
+# the hub on for the download, and a writable HOME for hf's own files (it runs as the node user).
+DOWNLOAD_ENV = {"HOME": "/tmp", "HF_HUB_OFFLINE": "0"}
+
+
 def download_argv(repo: str) -> list[str]:
     """Fetch repo into the HF cache (run in the engine container as the node user)."""
     return ["hf", "download", repo]

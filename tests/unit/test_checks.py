@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -506,8 +505,8 @@ def test_the_engine_counts_as_running_only_where_its_container_runs() -> None:
     assert mpijobs.engine_nodes(facts) == ["spark-a"]
 
 
+@pytest.mark.usefixtures("needs_mpi")
 def test_the_probe_program_reports_every_stage_from_two_local_ranks(tmp_path: Path) -> None:
-    assert shutil.which("mpirun"), "OpenMPI's mpirun is missing: scripts/setup installs it"
     (tmp_path / "token").write_text("hf_local\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
     env["HF_TOKEN_PATH"] = str(tmp_path / "token")

@@ -268,15 +268,14 @@ def test_deep_nccl_judges_what_the_job_printed_against_each_nodes_twins() -> Non
     assert finding.status is Status.OK and "spark-b IB rocep1s0f1+roceP2p1s0f1" in finding.detail
 
 
+@pytest.mark.usefixtures("needs_mpi")
 def test_the_simulated_pairs_all_gather_perf_prints_nccl_tests_format_and_fails_as_sockets(tmp_path: Path) -> None:
     """The testbed image's all_gather_perf, run here by OpenMPI over loopback, prints what sparkpair parses: the
     real table format, a measured bandwidth, and NCCL's lines saying sockets."""
     import os
-    import shutil
     import subprocess
     import sys
 
-    assert shutil.which("mpirun"), "OpenMPI's mpirun is missing: scripts/setup installs it"
     standin = Path(__file__).resolve().parents[1] / "testbed" / "sparkpair_testbed" / "image" / "nccl-tests" / \
         "all_gather_perf"
     (tmp_path / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA GB10, 0000000F:01:00.0'\n")
