@@ -3,6 +3,7 @@
 Holds `mpi_probe` (the program every MPI rank runs for doctor --deep, read with importlib.resources),
 the node program for models in `modelnode/` (`mn_main`, `mn_blobs`, `mn_links`, `mn_receive`,
 `mn_send`, `mn_wire`: run with the node's own python3), `train_eagle3` (trains an Eagle3 draft inside
-the ModelOpt container), `draft_install` (puts an exported draft into a node's Hugging Face cache), and
-each engine's own definitions as JSON.
+the ModelOpt container), `draft_install` (puts an exported draft into a node's Hugging Face cache), `memguard` (the memory
+guard beside a running engine: run detached with the node's python3, it stops the engine's container
+before unified memory runs out), and each engine's own definitions as JSON.
 """

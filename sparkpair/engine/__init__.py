@@ -6,7 +6,8 @@ every rank node, verified), `meter` (bytes over time as progress), `lifecycle` (
 status), `readiness` (port, /health, /v1/models, a completion), `stages` (the stages of a multi-node
 start and the last one a log reached), `signatures` (failure causes, their fixes and the lines that
 show them), `diagnose` (causes from logs, pure), `redact` (secrets out of text, pure), `state` (the
-launch state), `watch` (the launch watchdog), `bundle` (`sparkpair bundle`), `collect` (doctor's facts
+launch state), `watch` (the launch watchdog), `memguard` (the memory guard beside the engine: started, ended,
+read; the watch's check that a load fits above its floor), `bundle` (`sparkpair bundle`), `collect` (doctor's facts
 from both nodes), `doctor` (the doctor flow: facts, then every judge of `checks`; launch's preflight),
 `mpijobs` (doctor --deep's MPI and NCCL jobs in engine containers, for doctor and `launch
 --check-fabric`), `fabric` (each node's NCCL settings, the fabric proof), `lockflow` (the

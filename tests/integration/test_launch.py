@@ -209,3 +209,82 @@ def test_check_fabric_stops_a_socket_fallback_before_any_model_loads(stopped, sp
     assert "proving the fabric" in run.err and "starting: mpirun" not in run.err
     for node in ("spark-a", "spark-b"):
         assert "trtllm-multinode" not in _containers(stopped, node)   # neither the engine nor the -doctor one
+
+
+# --- the memory guard beside the engine, and the launch watch's own check before it -----------------------------
+
+GUARD_LINE = "stopped by the memory guard on spark-b: MemAvailable 2.8 GiB < 4 GiB floor, pressure full avg10 41%"
+BYSTANDER = "memguard-bystander"
+
+
+def _guards(bed, node: str) -> str:
+    """The memory guard processes running in a node (pgrep's lines; empty when none runs)."""
+    return bed.exec(node, "pgrep -af '[m]emguard.py' || true").stdout
+
+
+def _guard_stopped(sparkpair):
+    """status --json once it names a stop by the memory guard, else None."""
+    run = sparkpair("status", "--json")
+    return run if json.loads(run.out).get("memory_guard") else None
+
+
+def test_the_memory_guard_stops_the_engine_when_a_nodes_memory_runs_out(stopped, sparkpair) -> None:
+    """While the stand-in serves, spark-b's memory figures fall (MemAvailable 2.8 GiB, every task stalled 41 % of
+    the time): its guard stops that node's engine container and says why, status and diagnose name it, nothing
+    else on the node is touched, and stop leaves no guard behind."""
+    image = yaml.safe_load(Path(stopped.inventory).read_text())["container"]["image"]
+    run = sparkpair("launch", "--timeout", "120")
+    assert run.code == 0, run.text
+    assert "memory guard watching trtllm-multinode (floor 4 GiB of MemAvailable" in run.err
+    for node in ("spark-a", "spark-b"):  # alive after launch's SSH sessions ended
+        assert "memguard.py" in _guards(stopped, node)
+    stopped.exec("spark-b", f"docker rm -f {BYSTANDER} >/dev/null 2>&1; "
+                            f"docker run -d --name {BYSTANDER} --entrypoint sleep {image} 600")
+    try:
+        stopped.fault("memory-exhausted", node="spark-b")
+        status = stopped.wait_until(lambda: _guard_stopped(sparkpair), 60, "status to name the memory guard's stop")
+        data = json.loads(status.out)
+        assert status.code == 1 and data["state"] == "degraded" and data["memory_guard"] == [GUARD_LINE], data
+        assert data["reason"].startswith(GUARD_LINE) and "engine container not running on spark-b" in data["reason"]
+        assert data["nodes"]["spark-b"]["container"] == "exited"
+        assert data["nodes"]["spark-b"]["memory_guard"] == "stopped the engine"
+        assert data["nodes"]["spark-a"]["container"] == "running"   # each guard stops its own node's engine only
+        assert f"{BYSTANDER} Up" in _containers(stopped, "spark-b")  # nothing else on the node is touched
+        assert "memguard.py" not in _guards(stopped, "spark-b")      # its work done, the guard ended
+        text = " ".join(sparkpair("status").out.split())  # the table may wrap the reason
+        assert GUARD_LINE in text and "memory guard stopped the engine" in text, text
+        diagnosed = sparkpair("logs", "--diagnose")
+        assert diagnosed.code == 1 and diagnosed.out.startswith("1. memory.guard: the memory guard stopped"), \
+            diagnosed.text
+        assert GUARD_LINE in diagnosed.out and "docs/runbooks.md#memory-guard" in diagnosed.out
+        log = stopped.exec("spark-b", "cat /home/nvidia/.sparkpair/guard/memguard.log").stdout
+        offline = sparkpair("diagnose", "--json", "-", input_text=log)
+        assert [item["cause"] for item in json.loads(offline.out)["findings"]][:1] == ["memory.guard"], offline.text
+    finally:
+        stopped.heal("memory-exhausted")
+        stopped.exec("spark-b", f"docker rm -f {BYSTANDER} >/dev/null 2>&1 || true")
+    done = sparkpair("stop")
+    assert done.code == 0 and "spark-a: removed trtllm-multinode; memory guard ended (pid" in done.out, done.text
+    for node in ("spark-a", "spark-b"):
+        assert _guards(stopped, node) == "" and "trtllm-multinode" not in _containers(stopped, node)
+
+
+def test_a_load_that_would_end_under_the_floor_is_stopped_before_the_guard_has_to(stopped, tmp_path: Path) -> None:
+    """spark-b has 9 GiB left and the floor is 9 GiB: the preflight passes (the node needs its 8 GiB of headroom),
+    the guard has nothing to do (not under the floor), but what the rank still has to load would take it under:
+    the launch watch stops the launch, names memory.overshoot, and tears it down."""
+    data = yaml.safe_load(Path(stopped.inventory).read_text())
+    data["memory_guard"] = {"floor_gib": 9}
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump(data))
+    stopped.fault("memory-low", node="spark-b", gib=9)
+    try:
+        run = run_sparkpair(inventory, "launch", "--timeout", "120")
+    finally:
+        stopped.heal("memory-low")
+    assert run.code == 1, run.text
+    assert "the load will overshoot the memory floor on spark-b: MemAvailable 9.0 GiB now" in run.err
+    assert "cause memory.overshoot" in run.err and "docs/runbooks.md#memory-overshoot" in run.err
+    assert "(seen: spark-b)" in run.err
+    for node in ("spark-a", "spark-b"):
+        assert "trtllm-multinode" not in _containers(stopped, node) and _guards(stopped, node) == ""

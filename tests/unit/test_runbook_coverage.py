@@ -66,7 +66,7 @@ def runbook_sections() -> set[str]:
 def test_ids_come_from_the_code() -> None:
     ids = check_ids()
     assert {"inventory.twin-subnets", "links.crossed", "deep.nccl", "ports.serving"} <= ids
-    assert len(ids) > 30 and len(CAUSE_IDS) == 21
+    assert len(ids) > 30 and len(CAUSE_IDS) == 23
 
 
 def test_every_check_and_cause_id_has_its_runbook_section_and_anchor() -> None:
