@@ -291,8 +291,8 @@ def status(pair: Pair, inventory: Inventory) -> Status:
         words, result.memory_guard = memguard.status(pair, names, state.started)
         for name, text in words.items():
             result.nodes[name]["memory_guard"] = text
-    if result.memory_guard:  # it stopped this launch's engine: never a silent stop
-        result.state = "degraded" if result.state == "stopped" else result.state
+    if result.memory_guard:  # it stopped this launch's engine (whatever a probe read a moment before): never silent
+        result.state = "degraded"
         result.reason = "; ".join([*result.memory_guard, *([result.reason] if result.reason else [])])
     return result
 

@@ -28,6 +28,7 @@ from sparkpair.transport import Node, Pair, Shell
 PROGRAM = "memguard.py"
 KIB_PER_GIB = 1024 * 1024
 START_WAIT_S = 5.0   # the guard writes its pid file at once; a node that takes longer has it fail, with why
+OVERSHOOT = "the load will overshoot the memory floor on "   # the launch watch's line (cause memory.overshoot)
 
 
 def guard_dir(connection: Node) -> str:
@@ -152,11 +153,8 @@ class Overshoot:
     def detail(self) -> str:
         return (f"{OVERSHOOT}{self.node}: MemAvailable {gib(self.available)} GiB now "
                 f"and {gib(self.left)} GiB of its {gib(self.expected)} GiB still to load leaves "
-                f"{gib(self.available - self.left)} GiB, under the {gib(self.floor, 2)} GiB floor "
+                f"{gib(self.available - self.left)} GiB, under the {self.floor / 2 ** 30:g} GiB floor "
                 "(memory_guard.floor_gib): stopped before the memory guard has to")
-
-
-OVERSHOOT = "the load will overshoot the memory floor on "
 
 
 def own_lines(detail: str) -> list[str]:
@@ -164,8 +162,8 @@ def own_lines(detail: str) -> list[str]:
     return [detail] if detail.startswith(OVERSHOOT) else []
 
 
-def gib(value: int, digits: int = 1) -> str:
-    return f"{round(value / 2 ** 30, digits):g}" if digits > 1 else f"{value / 2 ** 30:.1f}"
+def gib(value: int) -> str:
+    return f"{value / 2 ** 30:.1f}"
 
 
 def overshoot(loading: Mapping[str, tuple[int, int]], available: Mapping[str, int], floor: int) -> Overshoot | None:

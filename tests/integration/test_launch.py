@@ -225,7 +225,8 @@ def _guards(bed, node: str) -> str:
 def _guard_stopped(sparkpair):
     """status --json once it names a stop by the memory guard, else None."""
     run = sparkpair("status", "--json")
-    return run if json.loads(run.out).get("memory_guard") else None
+    data = json.loads(run.out)
+    return run if data.get("memory_guard") and data["nodes"]["spark-b"]["container"] == "exited" else None
 
 
 def test_the_memory_guard_stops_the_engine_when_a_nodes_memory_runs_out(stopped, sparkpair) -> None:

@@ -142,8 +142,9 @@ def test_the_memory_guard_stops_the_served_vllm_when_a_nodes_memory_runs_out(ser
                         f"docker run -d --name {bystander} --entrypoint sleep {_image(bed)} 600")
     try:
         bed.fault("memory-exhausted", node="spark-b")
-        status = bed.wait_until(lambda: (lambda run: run if json.loads(run.out).get("memory_guard") else None)(
-            run_sparkpair(bed.inventory, "status", "--json")), 60, "status to name the memory guard's stop")
+        status = bed.wait_until(lambda: (lambda run: run if json.loads(run.out).get("memory_guard") and json.loads(
+            run.out)["nodes"]["spark-b"]["container"] == "exited" else None)(
+            run_sparkpair(bed.inventory, "status", "--json")), 90, "status to name the memory guard's stop")
         data = json.loads(status.out)
         assert status.code == 1 and data["state"] == "degraded" and data["memory_guard"] == [GUARD_LINE], data
         assert data["reason"].startswith(GUARD_LINE) and data["nodes"]["spark-b"]["container"] == "exited"
