@@ -50,8 +50,8 @@ def settings(inventory: Inventory, node: str, directory: str) -> dict[str, objec
 def start_command(directory: str, config: str) -> Shell:
     """The program (on stdin) into directory, then the guard started detached unless one already watches with this
     very configuration; prints `watching PID` or `started PID`."""
-    kill = Shell('kill -TERM "$g"; i=0; while kill -0 "$g" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); '
-                 'done; kill -0 "$g" 2>/dev/null && kill -KILL "$g"; ')
+    kill = Shell('kill -TERM "$g"; i=0; while guard_alive "$g" && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); '
+                 'done; guard_alive "$g" && kill -KILL "$g"; ')
     return Shell.compose([
         Shell('umask 077; mkdir -p {} && cat > {}.new && mv -f {}.new {} || exit 1; ', directory,
               f"{directory}/{PROGRAM}", f"{directory}/{PROGRAM}", f"{directory}/{PROGRAM}"),
@@ -93,8 +93,8 @@ def start_all(pair: Pair, inventory: Inventory, nodes: list[str], progress: Prog
 def stop_command(directory: str) -> Shell:
     """End the node's guard (SIGTERM, SIGKILL after 5 s) and forget its pid; prints what it ended."""
     return Shell.compose([memory.alive_guard(directory), Shell(
-        'if [ -n "$g" ]; then kill -TERM "$g"; i=0; while kill -0 "$g" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; '
-        'i=$((i+1)); done; kill -0 "$g" 2>/dev/null && kill -KILL "$g"; echo "memory guard ended (pid $g)"; fi; '
+        'if [ -n "$g" ]; then kill -TERM "$g"; i=0; while guard_alive "$g" && [ $i -lt 50 ]; do sleep 0.1; '
+        'i=$((i+1)); done; guard_alive "$g" && kill -KILL "$g"; echo "memory guard ended (pid $g)"; fi; '
         'rm -f "$p/memguard.pid"')], "")
 
 

@@ -151,13 +151,16 @@ def parse_guard(text: str) -> GuardState:
     return GuardState(int(pid) if pid else None, parse_stop(record) if record.strip() else None)
 
 
+# `guard_alive PID`: the process runs memguard.py (a reused pid is not mistaken for it; a zombie has no command line)
+ALIVE = Shell('guard_alive() { kill -0 "$1" 2>/dev/null && tr "\\0" " " < "/proc/$1/cmdline" 2>/dev/null '
+              '| grep -q memguard.py; }; ')
+
+
 def alive_guard(directory: str) -> Shell:
-    """Shell that sets $g to the pid of the guard watching from directory (empty when none): its pid file names a
-    live process whose command line runs memguard.py (a reused pid is not mistaken for it)."""
-    return Shell.compose([expanded_path(directory), Shell(
-        'g=$(head -c 20 "$p/memguard.pid" 2>/dev/null | tr -cd 0-9); '
-        '[ -n "$g" ] && kill -0 "$g" 2>/dev/null && tr "\\0" " " < "/proc/$g/cmdline" 2>/dev/null '
-        '| grep -q memguard.py || g=; ')], "")
+    """Shell that sets $p to directory, defines `guard_alive PID` and sets $g to the pid of the guard watching from
+    directory (empty when none): its pid file names a live process whose command line runs memguard.py."""
+    return Shell.compose([expanded_path(directory), ALIVE, Shell(
+        'g=$(head -c 20 "$p/memguard.pid" 2>/dev/null | tr -cd 0-9); [ -n "$g" ] && guard_alive "$g" || g=; ')], "")
 
 
 def guard(directory: str) -> Probe[GuardState]:

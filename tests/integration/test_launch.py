@@ -273,19 +273,53 @@ def test_the_memory_guard_stops_the_engine_when_a_nodes_memory_runs_out(stopped,
 def test_a_load_that_would_end_under_the_floor_is_stopped_before_the_guard_has_to(stopped, tmp_path: Path) -> None:
     """spark-b has 9 GiB left and the floor is 9 GiB: the preflight passes (the node needs its 8 GiB of headroom),
     the guard has nothing to do (not under the floor), but what the rank still has to load would take it under:
-    the launch watch stops the launch, names memory.overshoot, and tears it down."""
+    the launch watch stops the launch, names memory.overshoot, and tears it down. (slow-load: the stand-in's rank
+    loads for about 90 s instead of an instant, so the watch sees it loading.)"""
     data = yaml.safe_load(Path(stopped.inventory).read_text())
     data["memory_guard"] = {"floor_gib": 9}
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(yaml.safe_dump(data))
     stopped.fault("memory-low", node="spark-b", gib=9)
+    stopped.fault("slow-load", node="spark-b")
     try:
         run = run_sparkpair(inventory, "launch", "--timeout", "120")
     finally:
         stopped.heal("memory-low")
+        stopped.heal("slow-load")
     assert run.code == 1, run.text
     assert "the load will overshoot the memory floor on spark-b: MemAvailable 9.0 GiB now" in run.err
     assert "cause memory.overshoot" in run.err and "docs/runbooks.md#memory-overshoot" in run.err
     assert "(seen: spark-b)" in run.err
     for node in ("spark-a", "spark-b"):
         assert "trtllm-multinode" not in _containers(stopped, node) and _guards(stopped, node) == ""
+
+
+def test_a_newer_catalog_naming_a_nodes_kernel_stops_doctor_launch_and_setup_network(stopped, sparkpair,
+                                                                                       tmp_path: Path) -> None:
+    """`--catalog FILE`: sparkpair's catalog with one more entry (hand-made for this test) naming the kernel spark-b
+    reports under the kernel-string fault: doctor FAILs spark-b's known.* row, launch starts nothing and setup-network
+    refuses before any change; spark-a is not named."""
+    data = json.loads((Path(__file__).resolve().parents[2] / "sparkpair" / "data" / "known_bad.json").read_text())
+    data["entries"].append({"id": "kernel-under-test", "component": "kernel", "versions": {"is": ["6.11.0-1099"]},
+                            "severity": "FAIL", "symptom": "a kernel this test names as known-bad",
+                            "fix": "boot another kernel", "sources": [{"url": "https://github.com/example/issues/1",
+                                                                     "date": "2026-09-20"}]})
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps(data))
+    stopped.fault("kernel-string", node="spark-b")
+    try:
+        doctor = sparkpair("doctor", "--json", "--only", "known", "--catalog", str(catalog))
+        rows = {(row["check"], row["node"]): row for row in json.loads(doctor.out)["findings"]}
+        assert doctor.code == 1 and rows[("known.kernel-under-test", "spark-b")]["status"] == "FAIL", doctor.text
+        assert ("known.kernel-under-test", "spark-a") not in rows
+        assert rows[("known.catalog", "spark-a")]["detail"].startswith(f"{catalog} catalog of 2026-09-20, 6 entries")
+        launch = sparkpair("launch", "--timeout", "60", "--catalog", str(catalog))
+        assert launch.code == 1 and "known.kernel-under-test" in launch.out, launch.text
+        assert "launch-critical check(s) FAIL; nothing was started" in launch.err
+        setup = sparkpair("setup-network", "--dry-run", "--catalog", str(catalog))
+        assert setup.code == 1 and "spark-b: known.kernel-under-test: kernel 6.11.0-1099-nvidia-drifted" in setup.text
+        assert sparkpair("doctor", "--only", "known").code == 0   # sparkpair's own catalog: nothing applies here
+    finally:
+        stopped.heal("kernel-string")
+    for node in ("spark-a", "spark-b"):
+        assert "trtllm-multinode" not in _containers(stopped, node)

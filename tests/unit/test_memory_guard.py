@@ -6,6 +6,7 @@ stop through launch's own shell lines, and the launch watch's check that a load 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -270,10 +271,14 @@ def test_the_guard_probe_reads_its_process_and_record() -> None:
 def test_start_keeps_one_guard_and_stop_leaves_nothing(tmp_path: Path, docker: FakeDocker) -> None:
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "DOCKER_HOST": f"unix://{docker.server_address}"}
     node = FakeNode("spark-b", home=str(tmp_path)).on(lambda text: True, in_local_shell(env))
-    first = memguard.start(node, SIM)
-    assert first.startswith(f"memory guard watching {SIM.container.name} (floor 4 GiB of MemAvailable")
+    # it reads this machine's own /proc: the lowest floor, so that only a machine about to run out trips it here
+    low = dataclasses.replace(SIM, memory_guard=dataclasses.replace(SIM.memory_guard, floor_gib=1, pressure_full_pct=100))
+    first = memguard.start(node, low)
+    assert first.startswith(f"memory guard watching {SIM.container.name} (floor 1 GiB of MemAvailable")
     pid = int(first.rsplit("pid ", 1)[1].rstrip(")"))
-    assert memguard.start(node, SIM).startswith("memory guard already watching") and f"pid {pid})" in first
+    assert memguard.start(node, low).startswith("memory guard already watching") and f"pid {pid})" in first
+    assert memguard.start(node, SIM).startswith("memory guard watching")   # other settings: a new guard
+    pid = int(memguard.start(node, SIM).rsplit("pid ", 1)[1].rstrip(")"))
     found = memguard.states(fake_pair(FakeNode("spark-a").on(lambda text: True, in_local_shell(env)), node),
                             ["spark-b"])
     assert found["spark-b"] == memory.GuardState(pid, None)
