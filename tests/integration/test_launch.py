@@ -271,12 +271,13 @@ def test_the_memory_guard_stops_the_engine_when_a_nodes_memory_runs_out(stopped,
 
 
 def test_a_load_that_would_end_under_the_floor_is_stopped_before_the_guard_has_to(stopped, tmp_path: Path) -> None:
-    """spark-b has 9 GiB left and the floor is 9 GiB: the preflight passes (the node needs its 8 GiB of headroom),
-    the guard has nothing to do (not under the floor), but what the rank still has to load would take it under:
-    the launch watch stops the launch, names memory.overshoot, and tears it down. (slow-load: the stand-in's rank
-    loads for about 90 s instead of an instant, so the watch sees it loading.)"""
+    """spark-b has 9 GiB left and the floor is 9 GiB: the preflight passes (the profile says it needs 3 GiB: its
+    real sizes are not on a fresh worker yet), the guard has nothing to do (not under the floor), but what the rank
+    still has to load would take it under: the launch watch stops the launch, names memory.overshoot, and tears it
+    down. (slow-load: the stand-in's rank loads for about 90 s instead of an instant, so the watch sees it loading.)"""
     data = yaml.safe_load(Path(stopped.inventory).read_text())
     data["memory_guard"] = {"floor_gib": 9}
+    data.setdefault("models", {})["qwen3-235b"] = {"target_gib": 2, "draft_gib": 1, "headroom_gib": 1}
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(yaml.safe_dump(data))
     stopped.fault("memory-low", node="spark-b", gib=9)
