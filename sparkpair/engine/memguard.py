@@ -13,6 +13,7 @@ own check, before the guard has to: a rank whose remaining load would take MemAv
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -151,10 +152,10 @@ class Overshoot:
     floor: int          # bytes: the memory guard's floor
 
     def detail(self) -> str:
-        return (f"{OVERSHOOT}{self.node}: MemAvailable {gib(self.available)} GiB now "
-                f"and {gib(self.left)} GiB of its {gib(self.expected)} GiB still to load leaves "
-                f"{gib(self.available - self.left)} GiB, under the {self.floor / 2 ** 30:g} GiB floor "
-                "(memory_guard.floor_gib): stopped before the memory guard has to")
+        leaves = math.floor((self.available - self.left) / 2 ** 30 * 100) / 100  # down: never rounded up to the floor
+        return (f"{OVERSHOOT}{self.node}: MemAvailable {size(self.available)} now and {size(self.left)} of its "
+                f"{size(self.expected)} still to load leaves {leaves:.2f} GiB, under the {self.floor / 2 ** 30:g} GiB "
+                "floor (memory_guard.floor_gib): stopped before the memory guard has to")
 
 
 def own_lines(detail: str) -> list[str]:
@@ -162,8 +163,9 @@ def own_lines(detail: str) -> list[str]:
     return [detail] if detail.startswith(OVERSHOOT) else []
 
 
-def gib(value: int) -> str:
-    return f"{value / 2 ** 30:.1f}"
+def size(value: int) -> str:
+    """Bytes in GiB, or MiB under one GiB (a test model's shard)."""
+    return f"{value / 2 ** 30:.1f} GiB" if value >= 2 ** 30 else f"{value / 2 ** 20:.1f} MiB"
 
 
 def overshoot(loading: Mapping[str, tuple[int, int]], available: Mapping[str, int], floor: int) -> Overshoot | None:

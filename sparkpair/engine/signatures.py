@@ -53,11 +53,11 @@ CAUSES: tuple[Cause, ...] = (
           "its floor (or its memory pressure reached the limit) before the Spark could hang",
           "free the node's memory (docker ps; ps aux --sort=-rss | head), or lower the engine's own share "
           "(gpu_memory_utilization, free_gpu_memory_fraction, max_model_len), then sparkpair launch; "
-          "memory_guard.floor_gib sets the floor (docs/runbooks.md#memory-guard)"),
+          "memory_guard.floor_gib sets the floor"),
     Cause("memory.overshoot", "launch stopped the load: what the ranks still had to load would have taken "
           "MemAvailable under the memory guard's floor",
           "free memory on that node or serve a smaller profile (sparkpair doctor --only memory), then sparkpair "
-          "launch; memory_guard.floor_gib sets the floor (docs/runbooks.md#memory-overshoot)"),
+          "launch; memory_guard.floor_gib sets the floor"),
     Cause("image.platform", "the image is built for another CPU architecture (a DGX Spark is arm64)",
           "use an arm64 or multi-arch image (docker image inspect --format '{{.Architecture}}' IMAGE "
           "must say arm64); NVIDIA's nvcr.io/nvidia/tensorrt-llm/release images are multi-arch"),

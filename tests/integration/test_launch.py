@@ -288,7 +288,7 @@ def test_a_load_that_would_end_under_the_floor_is_stopped_before_the_guard_has_t
         stopped.heal("memory-low")
         stopped.heal("slow-load")
     assert run.code == 1, run.text
-    assert "the load will overshoot the memory floor on spark-b: MemAvailable 9.0 GiB now" in run.err
+    assert "the load will overshoot the memory floor on spark-b: MemAvailable 9.0 GiB now and " in run.err
     assert "cause memory.overshoot" in run.err and "docs/runbooks.md#memory-overshoot" in run.err
     assert "(seen: spark-b)" in run.err
     for node in ("spark-a", "spark-b"):

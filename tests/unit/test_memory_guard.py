@@ -298,8 +298,10 @@ def test_a_load_that_would_end_under_the_floor_stops_before_the_guard_has_to() -
     over = memguard.overshoot(loading, {"spark-a": 60 * gib, "spark-b": 32 * gib}, 4 * gib)
     assert over is not None and over.node == "spark-b" and over.left == 30 * gib
     assert over.detail() == ("the load will overshoot the memory floor on spark-b: MemAvailable 32.0 GiB now and "
-                             "30.0 GiB of its 60.0 GiB still to load leaves 2.0 GiB, under the 4 GiB floor "
+                             "30.0 GiB of its 60.0 GiB still to load leaves 2.00 GiB, under the 4 GiB floor "
                              "(memory_guard.floor_gib): stopped before the memory guard has to")
+    tiny = memguard.overshoot({"spark-b": (0, 4509715)}, {"spark-b": 9 * gib}, 9 * gib)   # the simulated pair's
+    assert tiny is not None and "9.0 GiB now and 4.3 MiB of its 4.3 MiB still to load leaves 8.99 GiB" in tiny.detail()
     assert memguard.own_lines(over.detail()) == [over.detail()] and memguard.own_lines("stalled") == []
     assert memguard.overshoot({"spark-a": (61 * gib, 60 * gib)}, {"spark-a": 1 * gib}, 4 * gib) is None  # loaded
     assert memguard.overshoot({"spark-a": (0, 0)}, {"spark-a": 1 * gib}, 4 * gib) is None  # size unknown
