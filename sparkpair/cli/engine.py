@@ -10,9 +10,11 @@ from sparkpair.cli.app import App, cli, pass_app
 from sparkpair.cli.options import (
     STALL_STAGES,
     Seconds,
+    catalog_option,
     known_node,
     known_profile,
     nccl_tests_path,
+    read_catalog,
     resolved_profile,
     runtime_option,
 )
@@ -51,12 +53,13 @@ DIAGNOSE_TAIL = 2000  # lines per rank `logs --diagnose` reads by default
                                              "files, model files): one line per difference. docs/lock.md.")
 @click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH",
               help="The lock to check and write (default: sparkpair.lock beside the inventory).")
+@catalog_option
 @pass_app
 def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool, timeout: float, no_wait: bool,
                stall_after: str | None, model_source: str, split_download: bool, copy_transport: str, replace: bool,
                keep_on_failure: bool,
                node: str | None, check_fabric: bool, nccl_tests: str | None, locked: bool,
-               lock_path: Path | None) -> int:
+               lock_path: Path | None, catalog_file: Path | None) -> int:
     """Start PROFILE (default: server.profile) on its rank nodes (every node, or one) and wait until it answers; a
     successful launch writes the lock (--lock PATH), and the differences from the last one are warnings (--locked:
     refusals)."""
@@ -88,7 +91,8 @@ def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool
                             model_source=model_source, replace=replace, keep_on_failure=keep_on_failure, node=node,
                             stall_after=limits, check_fabric=check_fabric,
                             nccl_tests=nccl_tests_path(nccl_tests, "--check-fabric", check_fabric),
-                            copy_transport=copy_transport, split_download=split_download)
+                            copy_transport=copy_transport, split_download=split_download,
+                            catalog=read_catalog(catalog_file))
     lock_file = lock_path or store.default_path(app.inventory_path)
     previous = store.read_lock(lock_file)  # a bad lock is refused before any node is asked
     if locked and previous is None:
@@ -157,10 +161,13 @@ def logs_cmd(app: App, node: str | None, tail: int, follow: bool, classify: bool
         if follow:
             lifecycle.follow_logs(pair, app.inventory, node, tail, report.line)
         elif classify:
-            from sparkpair.engine import diagnose
+            from sparkpair.engine import diagnose, memguard
             from sparkpair.report import diagnose as shown
 
-            text = "\n".join(item.text for item in lifecycle.logs(pair, app.inventory, node, max(tail, DIAGNOSE_TAIL)))
+            state, view, _ = lifecycle.launched(pair, app.inventory)
+            guard = memguard.stop_lines(pair, lifecycle.launch_nodes(view, state), state.started) if state else []
+            text = "\n".join([*guard, *(item.text for item in lifecycle.logs(pair, app.inventory, node,
+                                                                             max(tail, DIAGNOSE_TAIL)))])
             result = diagnose.examine(text)
             shown.examination(result)
             return 1 if result.findings else 0

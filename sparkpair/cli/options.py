@@ -1,4 +1,4 @@
-"""Option parsing shared by the commands: lists, profile names, seconds."""
+"""Option parsing shared by the commands: lists, profile names, seconds, the known-bad catalog file."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:  # only click at start-up
+    from sparkpair.checks.knowncatalog import Catalog
     from sparkpair.inventory import Inventory
     from sparkpair.inventory.profiles import Profile
 
@@ -75,10 +76,13 @@ CHECK_IDS: tuple[str, ...] = (
     "path.mtu", "trust.ssh", "docker.group", "docker.daemon", "docker.nvidia-runtime", "docker.image",
     "docker.image-match", "docker.image-mode", "docker.container", "ports.serving", "ports.sshd", "models.present",
     "models.match", "models.hub", "models.writable", "models.disk", "models.draft-record", "models.token",
-    "memory.available", "clock.skew", "draft.image", "playbook.image", "playbook.env", "playbook.flags", "playbook.model",
+    "memory.available", "known.catalog", "clock.skew", "draft.image", "playbook.image", "playbook.env",
+    "playbook.flags", "playbook.model",
     "playbook.addressing", "deep.mpi", "deep.allreduce", "deep.token", "deep.bandwidth", "deep.nccl", "deep.cleanup",
 )
 GROUPS: tuple[str, ...] = tuple(dict.fromkeys(check.split(".")[0] for check in CHECK_IDS))
+# known.<entry>: one id per entry of the known-bad catalog, which is data (a newer one comes with --catalog FILE)
+CATALOG_ENTRY_PREFIX = "known."
 
 
 def unknown_selection(only: set[str]) -> list[str]:
@@ -88,7 +92,7 @@ def unknown_selection(only: set[str]) -> list[str]:
     known = [*GROUPS, *CHECK_IDS]
     lines = []
     for entry in sorted(only):
-        if entry in known:
+        if entry in known or (entry.startswith(CATALOG_ENTRY_PREFIX) and len(entry) > len(CATALOG_ENTRY_PREFIX)):
             continue
         close = difflib.get_close_matches(entry, known, n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(close)}? " if close else ""
@@ -145,3 +149,38 @@ def nccl_tests_path(value: str | None, needs: str, given: bool) -> str | None:
         raise click.BadParameter("expected an absolute path on the nodes, e.g. /opt/nccl-tests/build",
                                  param_hint="--nccl-tests")
     return value
+
+
+catalog_option = click.option(
+    "--catalog", "catalog_file", type=click.Path(path_type=Path), metavar="FILE",
+    help="A newer known-bad catalog (JSON, as sparkpair/data/known_bad.json) instead of sparkpair's own: "
+         "doctor's known.* rows judge every node against it.")
+
+
+def read_catalog(path: Path | None) -> Catalog | None:
+    """--catalog FILE, read as hostile input: a regular file of at most CATALOG_CAP bytes of UTF-8, then
+    every field checked (checks.knowncatalog); one line naming the file and the field, exit 2, when it is not
+    one. None without the option (sparkpair's own catalog)."""
+    import os
+    import stat
+
+    from sparkpair.checks.knowncatalog import CATALOG_CAP, CatalogError, parse_catalog
+    from sparkpair.errors import UsageError
+
+    if path is None:
+        return None
+    hint = "give a catalog in the format of sparkpair/data/known_bad.json (docs/runbooks.md#known)"
+    try:
+        with open(path, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise UsageError(f"--catalog {path}: not a regular file", hint=hint)
+            data = handle.read(CATALOG_CAP + 1)
+    except OSError as error:
+        raise UsageError(f"--catalog {path}: cannot be read ({error.strerror or type(error).__name__})",
+                         hint=hint) from None
+    try:
+        return parse_catalog(data.decode("utf-8"), str(path))
+    except UnicodeDecodeError:
+        raise UsageError(f"--catalog {path}: not UTF-8 text", hint=hint) from None
+    except CatalogError as error:
+        raise UsageError(f"--catalog {path}: {error}", hint=hint) from None

@@ -8,7 +8,8 @@ start and the last one a log reached), `signatures` (failure causes, their fixes
 show them), `loglines` (a log's lines found by the words they hold, one pass), `logtime` (a log line's own
 timestamp), `diagnose` (causes from logs, pure), `redact` (secrets out of text, pure), `credentials` (the
 engine's own secrets: placed on the rank nodes, sent as a bearer, redacted by the bundle), `state` (the
-launch state), `watch` (the launch watchdog), `bundle` (`sparkpair bundle`), `collect` (doctor's facts
+launch state), `watch` (the launch watchdog), `memguard` (the memory guard beside the engine: started, ended,
+read; the watch's check that a load fits above its floor), `bundle` (`sparkpair bundle`), `collect` (doctor's facts
 from both nodes), `doctor` (the doctor flow: facts, then every judge of `checks`; launch's preflight),
 `mpijobs` (doctor --deep's MPI and NCCL jobs in engine containers, for doctor and `launch
 --check-fabric`), `fabric` (each node's NCCL settings, the fabric proof), `lockflow` (the

@@ -5,7 +5,8 @@ the engine image's ID and digests, and what the image says of its TensorRT-LLM, 
 and CUDA: asked in the running engine container, else in a throwaway `docker run --rm` of the image;
 `unknown` when it cannot tell), `dmesg` lines of NVRM, AER and the OOM killer, memory, links and
 RDMA (`ip -j`, `ethtool`, `ibdev2netdev`, `rdma link`), `nvidia-smi`, the netplan files, `docker
-inspect` and `docker logs` of the engine container, sparkpair's rendered config on the node, the
+inspect` and `docker logs` of the engine container, the memory guard's log and stop record, the kernel's memory
+pressure, sparkpair's rendered config on the node, the
 launch state (head), and the ranks' output: the running container's and the last failed launch's
 (kept by launch). Then doctor's findings, the lock (`sparkpair.lock`, as validated and written again: never
 the raw file) with `sparkpair diff`'s JSON (`diff.json`, and `diff-lock.json` against the lock), and the
@@ -148,6 +149,9 @@ def node_probes(inventory: Inventory, node: str, head: bool) -> dict[str, Probe[
             "fi; printf '%s\\n' \"$out\" | grep -E {} | tail -n 300 | tail -c {}; true", DMESG, str(FILE_LIMIT)),
         "memory/meminfo.txt": Shell("cat /proc/meminfo"),
         "memory/free.txt": Shell("free -b"),
+        "memory/pressure.txt": Shell("cat /proc/pressure/memory"),
+        "memory/guard.log": Shell.compose([expanded_path(paths.GUARD_DIR), Shell(  # the memory guard: what it did
+            'tail -c {} "$p/memguard.log" 2>/dev/null; cat "$p/stop.json" 2>/dev/null; true', str(FILE_LIMIT))], ""),
         "network/ip-addr.json": Shell("ip -j addr show"),
         "network/ip-link-stats.json": Shell("ip -j -s link show"),
         "network/routes.json": Shell("ip -j route show"),

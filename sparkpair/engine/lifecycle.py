@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkpair import paths
-from sparkpair.engine import containers, credentials
+from sparkpair.engine import containers, credentials, memguard
 from sparkpair.engine.readiness import HEALTH_CAP, listed_models
 from sparkpair.engine.state import LaunchState, read_state, write_state
 from sparkpair.errors import SparkpairError, last_line
@@ -186,6 +186,7 @@ class Status:
     reason: str = ""
     runtime: str = ""
     cluster: str = ""          # the cluster the engine runs on, when it runs on one (Ray: its node count)
+    memory_guard: list[str] = field(default_factory=list)  # the memory guard's stops of this launch, one line each
 
 
 def launched(pair: Pair, inventory: Inventory) -> tuple[LaunchState | None, Inventory, Runtime]:
@@ -290,6 +291,13 @@ def status(pair: Pair, inventory: Inventory) -> Status:
         result.uptime_s = round(time.time() - float(state.started), 1)
     if result.state in ("degraded", "wedged"):
         result.reason = _why_not_serving(serving, inventory, result, names)
+    if state is not None and state.running:  # the memory guard beside the launch's engine, and what it did
+        words, result.memory_guard = memguard.status(pair, names, state.started)
+        for name, text in words.items():
+            result.nodes[name]["memory_guard"] = text
+    if result.memory_guard:  # it stopped this launch's engine (whatever a probe read a moment before): never silent
+        result.state = "degraded"
+        result.reason = "; ".join([*result.memory_guard, *([result.reason] if result.reason else [])])
     return result
 
 
@@ -331,8 +339,9 @@ def stop(pair: Pair, inventory: Inventory) -> dict[str, str]:
     names = engine_container_names(inventory)
 
     def remove(connection: Node) -> str:
+        guard = memguard.stop(connection)  # first, so that its log says sparkpair stop ended it
         done = [containers.remove(connection, name) for name in names]
-        return "; ".join(item for item in done if item.startswith("removed")) or done[0]
+        return "; ".join([item for item in done if item.startswith("removed")] or done[:1]) + (f"; {guard}" if guard else "")
 
     removed = pair.each(remove).raise_failures()
     state = read_state(pair.head)

@@ -49,6 +49,15 @@ class Signature:
 # In order of cause and effect: a cause earlier here makes the later ones happen, so among equally
 # strong findings the earlier one is reported first.
 CAUSES: tuple[Cause, ...] = (
+    Cause("memory.guard", "the memory guard stopped the engine's container: the node's unified memory fell under "
+          "its floor (or its memory pressure reached the limit) before the Spark could hang",
+          "free the node's memory (docker ps; ps aux --sort=-rss | head), or lower the engine's own share "
+          "(gpu_memory_utilization, free_gpu_memory_fraction, max_model_len), then sparkpair launch; "
+          "memory_guard.floor_gib sets the floor"),
+    Cause("memory.overshoot", "launch stopped the load: what the ranks still had to load would have taken "
+          "MemAvailable under the memory guard's floor",
+          "free memory on that node or serve a smaller profile (sparkpair doctor --only memory), then sparkpair "
+          "launch; memory_guard.floor_gib sets the floor"),
     Cause("image.platform", "the image is built for another CPU architecture (a DGX Spark is arm64)",
           "use an arm64 or multi-arch image (docker image inspect --format '{{.Architecture}}' IMAGE "
           "must say arm64); NVIDIA's nvcr.io/nvidia/tensorrt-llm/release images are multi-arch"),
@@ -170,6 +179,9 @@ IPV4_LOOPBACK = r"127\.\d{1,3}\.\d{1,3}\.\d{1,3}"
 HOST = r"(?P<subject>\S+?)"
 
 SIGNATURES: tuple[Signature, ...] = (
+    # sparkpair's own memory guard and launch watch, in their own words (engine.memguard).
+    _sig("memory.guard", rf"stopped by the memory guard on {HOST}:"),
+    _sig("memory.overshoot", rf"the load will overshoot the memory floor on {HOST}:"),
     # A peer at a loopback address: a library fell back to lo (first: these lines carry socket errno text).
     _sig("fabric.interface", rf"\bConnect to {IPV4_LOOPBACK}<\d+> failed\b"),
     _sig("fabric.interface", rf"\bremote=\[{IPV4_LOOPBACK}\]"),

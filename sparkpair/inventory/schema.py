@@ -235,6 +235,17 @@ class Server:
     profile: str = spec(PROFILE_NAME, "qwen3-235b")
 
 
+@dataclass(frozen=True, kw_only=True)
+class MemoryGuard:
+    """The memory guard launch starts beside the engine on every rank node (docs/runbooks.md#memory-guard): it stops
+    the engine's container when MemAvailable falls under the floor, or the kernel's memory pressure reaches the
+    limit, before a Spark's unified memory runs out and hangs the box."""
+
+    floor_gib: int = spec(Integer(1, 64, "GiB of MemAvailable the guard keeps"), 4)
+    pressure_full_pct: int = spec(Integer(1, 100, "a percentage of time every task stalled on memory "
+                                                  "(PSI full avg10)"), 60)
+
+
 def _two_or_more(nodes: list[Node]) -> list[Node]:
     """nodes, when there are at least two. No upper bound: the topology bounds them (a pair is two, a ring
     three) and through a switch the subnet does (its addresses must all differ)."""
@@ -255,6 +266,7 @@ class Inventory:
     container: Container = spec(Nested(Container), factory=Container)
     server: Server = spec(Nested(Server), factory=Server)
     vllm: Vllm = spec(Nested(Vllm), factory=Vllm)
+    memory_guard: MemoryGuard = spec(Nested(MemoryGuard), factory=MemoryGuard)
     # The runtime every command uses when --runtime is not given (profiles without a variant for it keep their
     # own); None: each profile's own.
     runtime: str | None = spec(Optional(Choice("trtllm", "vllm")), None)

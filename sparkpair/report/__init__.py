@@ -367,11 +367,11 @@ def status(result: EngineStatus) -> None:
             ("draft acceptance", f"{result.acceptance_rate:.1%}" if result.acceptance_rate is not None else "-")]
     if result.reason:
         rows.insert(0, ("why", result.reason))
-    if result.cluster:
-        rows.append(("cluster", result.cluster))
+    rows += [("cluster", result.cluster)] if result.cluster else []
     for name, node in result.nodes.items():
         rank = {"stopped": "rank stopped"}.get(node.get("rank_state", ""), "rank up" if node["ranks_alive"] else "rank down")
-        rows.append((name, f"container {node['container']}, {rank}"))
+        guard = f", memory guard {node['memory_guard']}" if node.get("memory_guard") else ""
+        rows.append((name, f"container {node['container']}, {rank}{guard}"))
     table = Table(show_header=False, box=None)
     for key, value in rows:
         table.add_row(escape(key), escape(str(value)))  # node names come from the launch state: a node's file

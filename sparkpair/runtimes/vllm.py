@@ -125,6 +125,7 @@ class Vllm:
             "UCX_NET_DEVICES": ",".join(twins),
             "OMPI_MCA_btl_tcp_if_include": own,
             **(fabric.env() if fabric else {}),
+            **recipe.merged_halves(node),
             "HF_HOME": recipe.HF_HOME,
             "HF_TOKEN_PATH": recipe.HF_TOKEN_FILE,
             "HF_HUB_OFFLINE": "1",

@@ -45,8 +45,8 @@ def with_inventory(path: Path, *argv: str) -> tuple[int, str, str]:
 def test_doctor_only_with_an_unknown_id_names_the_groups_and_the_closest(example_inventory_path: Path) -> None:
     code, out, err = with_inventory(example_inventory_path, "doctor", "--only", "nosuch")
     assert code == 2 and out == "" and "no check or group 'nosuch'" in err
-    assert "groups: inventory, reach, platform, links, path, trust, docker, ports, models, memory, clock, draft, playbook, deep" \
-        in err
+    assert ("groups: inventory, reach, platform, links, path, trust, docker, ports, models, memory, known, clock, "
+            "draft, playbook, deep") in err
     code, _, err = with_inventory(example_inventory_path, "doctor", "--only", "link,models.tokn")
     assert code == 2 and "did you mean links" in err and "did you mean models.token" in err
 
