@@ -61,6 +61,18 @@ class ConnectError(SparkpairError):
     """A node could not be reached over SSH (or its Docker engine over SSH)."""
 
 
+class NodesUnreachable(ConnectError):
+    """Nodes that could not be reached: one line per node (the node named first), and for a command that
+    changes nodes a last line that nothing was changed."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(lines[0] if lines else "no node could be reached")
+        self._lines = list(lines)
+
+    def lines(self) -> list[str]:
+        return list(self._lines)
+
+
 class ConnectionLost(ConnectError):
     """An open SSH connection ended under a command (the node's sshd closed it, or the network went)."""
 

@@ -21,6 +21,8 @@ FAILED_LAUNCH_LOGS = f"{STATE_DIR}/logs/failed-launch"  # the ranks' output of t
                                                    # the head when its containers are removed (sparkpair bundle)
 DRAFT_STATE_DIR = f"{STATE_DIR}/state/drafts"      # train-draft's record per trained draft, on the head
 DRAFT_WORK_DIR = f"{STATE_DIR}/drafts"             # train-draft's data, training output and staging, on the head
+GUARD_DIR = f"{STATE_DIR}/guard"                   # the memory guard beside a running engine: its program, pid,
+                                                   # settings, log and, once it stopped the engine, stop.json
 LOCK = f"{STATE_DIR}/lock"                         # one changing sparkpair run per pair, on the head
 DOCTOR_DIR = f"{STATE_DIR}/doctor"                 # doctor --deep's private copy of the config
 VERIFIED_BLOBS = f"{STATE_DIR}/state/verified-blobs.json"  # blobs whose content was verified: path -> stat

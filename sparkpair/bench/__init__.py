@@ -295,6 +295,14 @@ def write_outputs(record: dict[str, Any], out_dir: Path) -> list[Path]:
                              "or pass another --out, and rerun") from None
 
 
+def plan_bench(pair: Pair, inventory: Inventory, options: BenchOptions) -> list[EngineConfig]:
+    """`bench --dry-run`: what run_bench would measure, in order, and which configurations relaunch the engine
+    (asked of the running server's launch state); relaunches, measures and writes nothing."""
+    found = serving(pair, inventory, options.profile)
+    inventory = inventory.for_runtime(found.state.runtime)
+    return plan_configs(inventory, options.profile, options.draft_lengths, options.compare_baseline)
+
+
 def run_bench(pair: Pair, inventory: Inventory, options: BenchOptions, progress: Progress) -> BenchResult:
     """The whole benchmark against the running server (relaunching variants when asked); the results,
     not yet written (`write_outputs`), so that a failed write loses nothing measured."""

@@ -10,7 +10,9 @@ and names them as `Facts.every` (`both nodes`, `all N nodes`).
 Holds the findings model here; `catalog` (order, launch-critical ids), `node`, `links`, `crossing`
 (links.crossed: whose interface answered each twin's address), `roce`,
 `engine` (the checks and the probes each judges), `deep` (the verdicts on doctor --deep's MPI jobs),
-`nccltests` (the pure parser of an all_gather_perf run that deep.nccl judges), `training` (train-draft's
+`nccltests` (the pure parser of an all_gather_perf run that deep.nccl judges), `bandwidth` (deep.bandwidth's
+judgement of NCCL's bus bandwidth against the cabling, and the likely cause of a shortfall), `knowncatalog` (the
+known-bad catalog as data, read as hostile input), `known` (known.*: every node against it), `training` (train-draft's
 training image on the head) and `playbook` (drift from NVIDIA's playbooks, judged from the inventory alone). Judges only: what
 gathers the facts and runs the jobs (`engine.collect`, `engine.doctor`, `engine.mpijobs`) sits beside
 the flows that run it. May import: only the layers below its own in pyproject.toml's `[tool.importlinter]`

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sparkpair.checks import CheckFunction, engine, links, node, playbook, roce, selected, training
+from sparkpair.checks import CheckFunction, engine, known, links, node, playbook, roce, selected, training
 
 CHECKS: list[tuple[str, CheckFunction]] = [
     ("inventory", node.check_inventory),
@@ -18,6 +18,7 @@ CHECKS: list[tuple[str, CheckFunction]] = [
     ("ports", engine.check_ports),
     ("models", engine.check_models),
     ("memory", node.check_memory),
+    ("known", known.check_known),
     ("clock", node.check_clock),
     ("draft", training.check_training_image),
 ]
@@ -30,7 +31,8 @@ DRIFT_CHECKS: list[tuple[str, CheckFunction]] = [("playbook", playbook.check_pla
 # launch itself resolves (missing or unsynced models, a stale container of its own).
 LAUNCH_CRITICAL = ("reach", "platform.gpu", "links.present", "links.carrier", "links.address", "links.mtu",
                    "links.mtu-match", "links.crossed", "links.roce", "path", "trust", "docker.daemon", "docker.group",
-                   "docker.image", "docker.image-match", "docker.image-mode", "ports", "models.writable", "models.disk", "memory")
+                   "docker.image", "docker.image-match", "docker.image-mode", "ports", "models.writable", "models.disk", "memory",
+                   "known")
 
 
 def is_launch_critical(check: str) -> bool:

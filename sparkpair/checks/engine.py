@@ -194,6 +194,12 @@ def check_models(facts: Facts) -> Iterable[Finding]:
     yield from _model_match(facts, nodes)
     yield from _content(facts, nodes)
     yield from _trained_draft(facts, nodes)
+    unjudged = [name for name in nodes if name in facts.unreachable]
+    if unjudged and not missing_anywhere:   # "nothing to download" is unknown until every rank node answers
+        because = f"depends on models.present, which {', '.join(unjudged)} (unreachable) could not answer"
+        yield skip("models.token", facts.whole, because)
+        yield skip("models.hub", facts.whole, because)
+        return
     yield _token(facts, missing_anywhere)
     yield _hub(facts, nodes, missing_anywhere)
 

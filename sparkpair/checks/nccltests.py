@@ -20,6 +20,7 @@ ROW = re.compile(r"^\s*(?P<size>\d+)\s+(?P<count>\d+)\s+\w+\s+\w+\s+-?\d+\s+"
                  r"\S+\s+(?P<algbw_in>[\d.]+)\s+(?P<busbw_in>[\d.]+)\s+\S+\s*$")
 AVERAGE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([0-9.]+(?:[eE][-+]?\d+)?)", re.MULTILINE)
 OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)", re.MULTILINE)
+LIBRARY = re.compile(r"^# nccl-tests version \S{1,40}.{0,60}? nccl-library=([0-9]{4,6})\b", re.MULTILINE)
 RANK = re.compile(r"^#\s+Rank\s+(?P<rank>\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device", re.MULTILINE)
 
 
@@ -35,6 +36,7 @@ class HostNet:
     ib_disabled: bool = False                      # `NCCL_IB_DISABLE set by environment to 1.`
     ib_hca: str = ""                               # `NCCL_IB_HCA set to rocep1s0f1`
     gid_index: int | None = None                   # `NCCL_IB_GID_INDEX set by environment to 3.`
+    version: str = ""                              # `NCCL version 2.28.9+cuda13.0`
     warnings: list[str] = field(default_factory=list)   # `NCCL WARN ...`
 
     @property
@@ -56,6 +58,7 @@ class NcclRun:
     rows: list[tuple[int, float, float]] = field(default_factory=list)   # (bytes, busbw out-of-place, in-place)
     bus_bandwidth: float | None = None            # `# Avg bus bandwidth : 21.4033`, GB/s
     out_of_bounds: int | None = None
+    library: str = ""                             # `# nccl-tests version 2.18.3 ... nccl-library=22809`: 2.28.9
 
     @property
     def transports(self) -> set[str]:
@@ -90,8 +93,22 @@ def _note(host: HostNet, level: str, message: str) -> None:
         host.ib_hca = hca.group(1).rstrip(".")
     elif (gid := re.match(r"NCCL_IB_GID_INDEX set by environment to (-?\d+)", message)) is not None:
         host.gid_index = int(gid.group(1))
+    elif (version := re.match(r"NCCL version ([0-9][0-9.]{0,20}[0-9])(?:[+-]\S{0,40})?$", message)) is not None:
+        host.version = version.group(1)
     elif not host.network and (via := re.search(r"\bvia NET/(IB|Socket)\b", message)) is not None:
         host.network = via.group(1)                    # `Channel 63/0 : 0[0] -> 1[0] [send] via NET/IB/1`
+
+
+def _mean(rows: list[tuple[int, float, float]]) -> float | None:
+    """nccl-tests' own average of a table whose `# Avg bus bandwidth` line was cut off: the mean of every row's
+    out-of-place and in-place bus bandwidth (21.4017 from tests/fixtures/rdma/all_gather_perf__1's rounded rows,
+    whose own line says 21.4033 from the unrounded figures)."""
+    return round(sum(out + in_place for _, out, in_place in rows) / (2 * len(rows)), 4) if rows else None
+
+
+def _version_of_code(code: int) -> str:
+    """NCCL_VERSION_CODE as a version: 22809 -> 2.28.9 (major * 10000 + minor * 100 + patch, NCCL 2.9 on)."""
+    return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
 
 
 def parse_nccl_run(text: str) -> NcclRun:
@@ -108,7 +125,9 @@ def parse_nccl_run(text: str) -> NcclRun:
             run.rows.append((int(row["size"]), float(row["busbw"]), float(row["busbw_in"])))
     run.ranks = {int(m["rank"]): m["host"] for m in RANK.finditer(text)}
     average = AVERAGE.search(text)
-    run.bus_bandwidth = float(average.group(1)) if average else None
+    run.bus_bandwidth = float(average.group(1)) if average else _mean(run.rows)
+    library = LIBRARY.search(text)
+    run.library = _version_of_code(int(library.group(1))) if library else ""
     bounds = OUT_OF_BOUNDS.search(text)
     run.out_of_bounds = int(bounds.group(1)) if bounds else None
     return run

@@ -15,6 +15,7 @@ from sparkpair.checks import (
     warn,
 )
 from sparkpair.inventory import Inventory
+from sparkpair.inventory.topology import SPARK_PORTS, is_port_name
 from sparkpair.probes import ProbeFailure, host, models
 
 GIB = 1024 ** 3
@@ -30,8 +31,17 @@ def check_inventory(facts: Facts) -> Iterable[Finding]:
 
 def inventory_warnings(inventory: Inventory) -> list[Finding]:
     """The inventory's own WARNs, judged without any node (doctor and `inventory check` both show them):
-    a node whose twins share one subnet."""
+    an interface not named as a ConnectX-7 port is (a typo, a LAN or Wi-Fi port; a warning, since real names may
+    change with an OS update), and a node whose twins share one subnet."""
     found = []
+    for index, node in enumerate(inventory.nodes):
+        odd = [name for name in node.links if not is_port_name(name)]
+        if odd:
+            found.append(warn(
+                "inventory.port-names", node.name,
+                f"nodes[{index}].links: {', '.join(odd)} {'is' if len(odd) == 1 else 'are'} not named as a ConnectX-7 "
+                f"QSFP port (a Spark's carry {', '.join(SPARK_PORTS)}): a typo, or a LAN, Wi-Fi or USB port?",
+                f"ibdev2netdev on {node.name} lists its ConnectX-7 ports; name the Up ones in nodes[{index}].links"))
     for node in inventory.nodes:
         by_subnet: dict[object, list[str]] = {}
         for twin, address in node.links.items():
@@ -62,7 +72,8 @@ def check_reach(facts: Facts) -> Iterable[Finding]:
         else:
             yield (ok("reach.sudo", name, "sudo -n works") if sudo is True else
                    fail("reach.sudo", name, "sudo asks for a password (setup-network and launch need sudo -n)",
-                        f"echo '{cluster.user} ALL=(ALL) NOPASSWD:ALL' | sudo tee /etc/sudoers.d/sparkpair"))
+                        f"echo '{cluster.user} ALL=(ALL) NOPASSWD:ALL' | sudo tee /etc/sudoers.d/sparkpair, one file "
+                        "you can review and remove; what sparkpair runs as root: docs/checklist.md#sudo"))
     identities = {name: value for name, value in per_node(facts, host.IDENTITY)
                   if not isinstance(value, ProbeFailure)}
     if len(identities) == len(facts.inventory.nodes):  # judged once every node answered

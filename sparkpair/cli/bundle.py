@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from sparkpair.cli.app import App, cli, pass_app
+from sparkpair.cli.options import writable_target
 
 if TYPE_CHECKING:
     from sparkpair.inventory import Inventory
@@ -39,6 +40,7 @@ def bundle_cmd(app: App, out: Path | None, lock_path: Path | None) -> int:
     target = out or Path(f"sparkpair-bundle-{inv.cluster.name}-{time.strftime('%Y%m%d-%H%M%S')}.tar.gz")
     if target.exists() and not target.is_file():
         raise click.BadParameter(f"{target} exists and is not a file", param_hint="--out")
+    writable_target(target, "--out")   # before any node is asked
     with app.pair() as pair:  # no connect(): a node that does not answer is evidence too
         def launched() -> tuple[Inventory, Profile]:
             """The inventory as the launched runtime sees it, and the profile as it was launched (else the default)."""
@@ -63,4 +65,8 @@ def bundle_cmd(app: App, out: Path | None, lock_path: Path | None) -> int:
 
         result = bundle(pair, inv, target, Path(app.inventory_path), doctor_json, report.event, lock_files)
     report.bundle_result(result)
+    if len(result.unreached) == len(inv.nodes):   # an archive of no node's evidence is a failure
+        report.error_lines([f"collected nothing from any node ({', '.join(result.unreached)}): the archive holds only "
+                            "sparkpair's own files; sparkpair doctor --only reach names why"])
+        return 1
     return 0

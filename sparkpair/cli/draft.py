@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from sparkpair.cli.app import App, cli, pass_app
-from sparkpair.cli.options import known_profile
+from sparkpair.cli.options import known_profile, writable_target
 
 
 @cli.command("train-draft")
@@ -69,7 +69,9 @@ def train_draft_cmd(app: App, profile: str | None, name: str | None, prompts: Pa
                            steps=steps, max_tokens=max_tokens, image=image or train.DEFAULT_IMAGE, seed=seed,
                            requests=requests_, out_dir=out_dir, nodes=nodes, mode=mode, max_length=max_length,
                            draft_vocab=draft_vocab)
-    check_options(inv, options)  # a bad name, image or profile is refused before any node is asked
+    check_options(inv, options)  # a bad name, image, profile or prompts file is refused before any node is asked
+    if not dry_run:
+        writable_target(out_dir, "--out", directory=True)
     with app.pair() as pair:
         if dry_run:
             try:
@@ -80,7 +82,7 @@ def train_draft_cmd(app: App, profile: str | None, name: str | None, prompts: Pa
             plan, states = plan_steps(pair, inv, options)
             draft_report.draft_plan(plan, states, as_json)
             return 0
-        pair.connect()
+        pair.connect(changing=True)
         with app.locked(pair, f"train-draft {options.profile}"):
             result = train_draft(pair, inv, options, report.event)
     if as_json:

@@ -7,7 +7,17 @@ from pathlib import Path
 import click
 
 from sparkpair.cli.app import App, cli, pass_app
-from sparkpair.cli.options import Seconds, known_profile, nccl_tests_path, resolved_profile, runtime_option
+from sparkpair.cli.options import (
+    Seconds,
+    StallAfterOption,
+    catalog_option,
+    known_node,
+    known_profile,
+    nccl_tests_path,
+    read_catalog,
+    resolved_profile,
+    runtime_option,
+)
 
 DIAGNOSE_TAIL = 2000  # lines per rank `logs --diagnose` reads by default
 
@@ -19,9 +29,7 @@ DIAGNOSE_TAIL = 2000  # lines per rank `logs --diagnose` reads by default
 @click.option("--timeout", type=Seconds(1, 86400), default=1800.0, show_default=True,
               help="Seconds to wait for the server to become ready.")
 @click.option("--no-wait", is_flag=True, help="Return once the engine is started.")
-@click.option("--stall-after", metavar="SECONDS|STAGE=SECONDS,...",
-              help="Fail early when no rank shows progress for this long (every stage, or per stage of the "
-                   "runtime's start, e.g. model=900). Stages and their defaults: docs/runbooks.md#launch-stalled.")
+@click.option("--stall-after", cls=StallAfterOption, metavar="SECONDS|STAGE=SECONDS,...")
 @click.option("--model-source", default="hub", show_default=True, metavar="hub|cached|local:PATH",
               help="hub: download on the head, copy to the worker; cached: use what the caches hold; "
                    "local:PATH: copy from a staged HF cache on the head (air-gapped).")
@@ -43,12 +51,13 @@ DIAGNOSE_TAIL = 2000  # lines per rank `logs --diagnose` reads by default
                                              "files, model files): one line per difference. docs/lock.md.")
 @click.option("--lock", "lock_path", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH",
               help="The lock to check and write (default: sparkpair.lock beside the inventory).")
+@catalog_option
 @pass_app
 def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool, timeout: float, no_wait: bool,
                stall_after: str | None, model_source: str, split_download: bool, copy_transport: str, replace: bool,
                keep_on_failure: bool,
                node: str | None, check_fabric: bool, nccl_tests: str | None, locked: bool,
-               lock_path: Path | None) -> int:
+               lock_path: Path | None, catalog_file: Path | None) -> int:
     """Start PROFILE (default: server.profile) on its rank nodes (every node, or one) and wait until it answers; a
     successful launch writes the lock (--lock PATH), and the differences from the last one are warnings (--locked:
     refusals)."""
@@ -81,7 +90,8 @@ def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool
                             model_source=model_source, replace=replace, keep_on_failure=keep_on_failure, node=node,
                             stall_after=limits, check_fabric=check_fabric,
                             nccl_tests=nccl_tests_path(nccl_tests, "--check-fabric", check_fabric),
-                            copy_transport=copy_transport, split_download=split_download)
+                            copy_transport=copy_transport, split_download=split_download,
+                            catalog=read_catalog(catalog_file))
     lock_file = lock_path or store.default_path(app.inventory_path)
     previous = store.read_lock(lock_file)  # a bad lock is refused before any node is asked
     if locked and previous is None:
@@ -89,7 +99,7 @@ def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool
                                  "with --lock PATH", param_hint="--locked")
     inventory_file, written = Path(app.inventory_path), None
     with app.pair() as pair:
-        pair.connect()
+        pair.connect(changing=not dry_run)
         with app.locked(pair, f"launch {options.profile}", dry_run=dry_run):
             differences = lockflow.drift(pair, inv, options, previous, inventory_file) if previous else []
             if locked and differences:
@@ -145,16 +155,21 @@ def logs_cmd(app: App, node: str | None, tail: int, follow: bool, classify: bool
 
     if follow and classify:
         raise click.UsageError("--diagnose reads the logs once; it cannot be combined with --follow")
+    known_node(app.inventory, node)   # a typo is refused before any node is asked
     with app.pair() as pair:
         if follow:
             lifecycle.follow_logs(pair, app.inventory, node, tail, report.line)
         elif classify:
-            from sparkpair.engine import diagnose, stages
+            from sparkpair.engine import diagnose, memguard
+            from sparkpair.report import diagnose as shown
 
-            text = "\n".join(item.text for item in lifecycle.logs(pair, app.inventory, node, max(tail, DIAGNOSE_TAIL)))
-            found = diagnose.classify(text)
-            report.diagnoses(found, serving=stages.is_serving(text))
-            return 1 if found else 0
+            state, view, _ = lifecycle.launched(pair, app.inventory)
+            guard = memguard.stop_lines(pair, lifecycle.launch_nodes(view, state), state.started) if state else []
+            text = "\n".join([*guard, *(item.text for item in lifecycle.logs(pair, app.inventory, node,
+                                                                             max(tail, DIAGNOSE_TAIL)))])
+            result = diagnose.examine(text)
+            shown.examination(result)
+            return 1 if result.findings else 0
         else:
             report.rank_logs(lifecycle.logs(pair, app.inventory, node, tail))
     return 0
@@ -169,7 +184,7 @@ def stop_cmd(app: App, dry_run: bool) -> int:
     from sparkpair.engine import containers, lifecycle
 
     with app.pair() as pair:
-        pair.connect()
+        pair.connect(changing=not dry_run)
         if dry_run:
             names = lifecycle.engine_container_names(app.inventory)
             for name, connection in pair.nodes.items():
@@ -184,12 +199,18 @@ def stop_cmd(app: App, dry_run: bool) -> int:
 
 
 @cli.command("unlock")
+@click.option("--dry-run", is_flag=True, help="Say whose lock would be removed; remove nothing.")
 @pass_app
-def unlock_cmd(app: App) -> int:
+def unlock_cmd(app: App, dry_run: bool) -> int:
     """Remove the pair's lock left by a sparkpair run that is gone (it names the holder)."""
     from sparkpair import report
     from sparkpair.transport import lock
 
     with app.pair() as pair:
+        if dry_run:
+            held = lock.held_by(pair.head)
+            report.line(f"{pair.head.name}: " + ("no lock; nothing to remove" if held == "no lock" else
+                                                 f"would remove {held}; nothing was removed (--dry-run)"))
+            return 0
         report.line(f"{pair.head.name}: {lock.force_unlock(pair.head)}")
     return 0

@@ -94,8 +94,11 @@ def inventory_schema() -> None:
 def render_cmd(app: App, profile: str | None, runtime: str | None, out_dir: Path) -> None:
     """Write every file sparkpair would put on the nodes for PROFILE, for review."""
     from sparkpair import render, report
+    from sparkpair.inventory.profiles import split_note
     from sparkpair.runtimes import render_profile
 
     inv = app.inventory
-    files = render_profile(inv, resolved_profile(inv, profile, runtime), app.inventory_path)
+    chosen = resolved_profile(inv, profile, runtime)
+    files = render_profile(inv, chosen, app.inventory_path)
     report.written_files(out_dir, render.write_files(files, out_dir))
+    report.line(f"split of {chosen.name}: {split_note(chosen, inv.models, len(inv.nodes))}")

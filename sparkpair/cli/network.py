@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from sparkpair.cli.app import App, ExitStatus, cli, pass_app
-from sparkpair.cli.options import Seconds
+from sparkpair.cli.options import Seconds, catalog_option, read_catalog
 
 
 @cli.command("setup-network")
@@ -21,14 +23,16 @@ from sparkpair.cli.options import Seconds
               help="How long the watchdog left on each node waits for sparkpair to reach it again over a new SSH "
                    "connection and verify the link before it puts the old network back by itself.")
 @click.option("--accept-new-host-keys", is_flag=True, help="Record unknown host keys of the nodes (first contact).")
+@catalog_option
 @pass_app
 def setup_network_cmd(app: App, dry_run: bool, yes: bool, restore: bool, last: bool, skip_ssh: bool, replace: bool,
-                      confirm_timeout: float, accept_new_host_keys: bool) -> int:
+                      confirm_timeout: float, accept_new_host_keys: bool, catalog_file: Path | None) -> int:
     """Address the QSFP twins with netplan (MTU included), exchange SSH keys, verify both ways."""
     if restore and dry_run:
         raise click.UsageError("--restore changes both nodes; it cannot be combined with --dry-run")
     if last and not restore:
         raise click.UsageError("--last goes with --restore (undo only the last apply)")
+    catalog = read_catalog(catalog_file)  # a bad one is refused before any node is asked
     inventory = app.inventory
     connecting = app.pair(accept_new_host_keys=accept_new_host_keys)  # the handshakes overlap what follows
 
@@ -38,11 +42,12 @@ def setup_network_cmd(app: App, dry_run: bool, yes: bool, restore: bool, last: b
 
     wanted = None if restore else wanted_netplan(inventory)
     with connecting as pair:
-        pair.connect()
+        pair.connect(changing=not dry_run)
         with app.locked(pair, "setup-network", dry_run):
             if restore:
                 return 0 if flow.restore(pair, inventory, report.event, last=last) else 1
-            options = flow.SetupOptions(skip_ssh=skip_ssh, replace=replace, confirm_timeout=confirm_timeout)
+            options = flow.SetupOptions(skip_ssh=skip_ssh, replace=replace, confirm_timeout=confirm_timeout,
+                                        catalog=catalog)
             plan = flow.plan_setup(pair, inventory, options, wanted)
             for text in plan.warnings:
                 report.warning(text)

@@ -35,6 +35,7 @@ def check_options(inventory: Inventory, options: DraftOptions) -> str:
     if problem:
         raise UsageError(problem)
     train.check_image(options.image)
+    data.read_prompts(options.prompts)   # a bad prompts file, too, before any node is asked
     if not 1 <= options.nodes <= len(inventory.nodes):
         raise UsageError(f"--nodes {options.nodes}: the inventory has {len(inventory.nodes)} nodes",
                          hint=f"--nodes 1 to {len(inventory.nodes)}: the first K nodes of the inventory, head first")

@@ -5,7 +5,8 @@ the engine image's ID and digests, and what the image says of its TensorRT-LLM, 
 and CUDA: asked in the running engine container, else in a throwaway `docker run --rm` of the image;
 `unknown` when it cannot tell), `dmesg` lines of NVRM, AER and the OOM killer, memory, links and
 RDMA (`ip -j`, `ethtool`, `ibdev2netdev`, `rdma link`), `nvidia-smi`, the netplan files, `docker
-inspect` and `docker logs` of the engine container, sparkpair's rendered config on the node, the
+inspect` and `docker logs` of the engine container, the memory guard's log and stop record, the kernel's memory
+pressure, sparkpair's rendered config on the node, the
 launch state (head), and the ranks' output: the running container's and the last failed launch's
 (kept by launch). Then doctor's findings, the lock (`sparkpair.lock`, as validated and written again: never
 the raw file) with `sparkpair diff`'s JSON (`diff.json`, and `diff-lock.json` against the lock), and the
@@ -88,6 +89,7 @@ class BundleResult:
     path: str = ""
     files: list[tuple[str, int, str, Counter[str]]] = field(default_factory=list)  # path, bytes, source, redacted
     missing: list[str] = field(default_factory=list)
+    unreached: list[str] = field(default_factory=list)   # the nodes nothing was collected from
 
     @property
     def redactions(self) -> int:
@@ -147,6 +149,9 @@ def node_probes(inventory: Inventory, node: str, head: bool) -> dict[str, Probe[
             "fi; printf '%s\\n' \"$out\" | grep -E {} | tail -n 300 | tail -c {}; true", DMESG, str(FILE_LIMIT)),
         "memory/meminfo.txt": Shell("cat /proc/meminfo"),
         "memory/free.txt": Shell("free -b"),
+        "memory/pressure.txt": Shell("cat /proc/pressure/memory"),
+        "memory/guard.log": Shell.compose([expanded_path(paths.GUARD_DIR), Shell(  # the memory guard: what it did
+            'tail -c {} "$p/memguard.log" 2>/dev/null; cat "$p/stop.json" 2>/dev/null; true', str(FILE_LIMIT))], ""),
         "network/ip-addr.json": Shell("ip -j addr show"),
         "network/ip-link-stats.json": Shell("ip -j -s link show"),
         "network/routes.json": Shell("ip -j route show"),
@@ -207,6 +212,7 @@ def bundle(pair: Pair, inventory: Inventory, out: Path, inventory_file: Path | N
     for name in [node.name for node in inventory.nodes]:
         if name in collected.failed:
             result.missing.append(f"{name}: nothing collected ({collected.failed[name]})")
+            result.unreached.append(name)
             continue
         node_files, missing = collected.values[name]
         files += node_files

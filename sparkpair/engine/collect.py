@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from sparkpair import probes, transport
-from sparkpair.checks import Facts, engine, links, training
+from sparkpair.checks import Facts, engine, known, links, training
 from sparkpair.errors import SparkpairError
 from sparkpair.inventory import Inventory, Node
 from sparkpair.inventory.profiles import Profile
@@ -21,7 +21,8 @@ def node_probes(inventory: Inventory, node: Node, profile: Profile,
     are hashed for at most verify_budget seconds."""
     return [host.IDENTITY, host.SUDO, host.DGX_RELEASE, host.GPUS, host.MEMINFO,
             *links.link_probes(inventory, node), *links.trust_probes(inventory, node),
-            *engine.engine_probes(inventory, profile, verify_budget), *training.training_probes(inventory, node)]
+            *engine.engine_probes(inventory, profile, verify_budget), *training.training_probes(inventory, node),
+            *known.known_probes(inventory)]
 
 
 def clock_offset(connection: transport.Node) -> float:

@@ -4,8 +4,8 @@ NCCL_IB_HCA and NCCL_IB_GID_INDEX are asked of each node (checks.roce.node_fabri
 the preflight gathered) and written into that node's container.env; the engine container of each
 node starts with its own values. `prove` runs doctor --deep's NCCL job (all_gather_perf with
 NCCL_DEBUG=INFO, launch's own env, hostfile and transport) before any model is loaded, and judges
-it with the same check as doctor (deep.mpi, deep.nccl). `record` is what the launch state keeps
-of both, for `sparkpair bench`. `node_files` are the runtime's files launch writes on each rank node
+it with the same checks as doctor (deep.mpi, deep.nccl, deep.bandwidth). `record` is what the launch state
+keeps of both, for `sparkpair bench`. `node_files` are the runtime's files launch writes on each rank node
 (its own container.env among them), `config_path` and `config_dirs` where they go.
 """
 
@@ -26,7 +26,7 @@ from sparkpair.runtimes import runtime_of
 from sparkpair.transport import Node, Pair
 
 PROOF_TIMEOUT_S = 120.0
-PROOF_CHECKS = ("deep.mpi", "deep.nccl", "deep.cleanup")
+PROOF_CHECKS = ("deep.mpi", "deep.nccl", "deep.bandwidth", "deep.cleanup")
 
 
 def node_fabrics(facts: Facts, nodes: Iterable[str]) -> dict[str, NodeFabric | None]:

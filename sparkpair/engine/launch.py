@@ -16,13 +16,14 @@ from dataclasses import dataclass, field, replace
 from sparkpair import apply, paths, probes, registry, render
 from sparkpair.checks import Facts, Finding, Status, selected
 from sparkpair.checks.catalog import is_launch_critical
-from sparkpair.engine import containers, credentials, diagnose, fabric, lifecycle, modelsync, stages, watch
+from sparkpair.checks.knowncatalog import Catalog
+from sparkpair.engine import containers, credentials, diagnose, fabric, lifecycle, memguard, modelsync, stages, watch
 from sparkpair.engine.doctor import examine
 from sparkpair.engine.readiness import Readiness, wait_ready
 from sparkpair.engine.state import LaunchState, read_state, write_state
 from sparkpair.errors import Interrupted, SparkpairError, UsageError
 from sparkpair.inventory import Inventory, hftoken
-from sparkpair.inventory.profiles import Profile
+from sparkpair.inventory.profiles import Profile, split_note
 from sparkpair.probes import models
 from sparkpair.progress import Event, Progress
 from sparkpair.render import recipe
@@ -32,7 +33,7 @@ from sparkpair.transport import Node, Pair, Shell
 
 JOURNAL = "launch"
 SINGLE_NODE_CHECKS = ("reach.ssh", "reach.sudo", "platform.gpu", "docker", "ports.serving", "models.writable",
-                      "models.disk", "memory")
+                      "models.disk", "memory", "known")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +53,7 @@ class LaunchOptions:
     stall_after: tuple[tuple[str, float], ...] = ()  # stage -> seconds without progress (watch.limits_of)
     copy_transport: str = "tcp"         # how models go to the worker: modelcopy.TRANSPORTS
     split_download: bool = False        # both nodes download half each when both reach the hub
+    catalog: Catalog | None = None      # the known-bad catalog the preflight judges by (None: sparkpair's own)
 
 
 @dataclass(frozen=True)
@@ -95,6 +97,7 @@ class LaunchPlan:
     serve: str
     preflight: list[Finding] = field(default_factory=list)
     runtime: str = registry.DEFAULT
+    split: str = ""   # the tensor and pipeline parallel sizes, and how they were reached (profiles.split_note)
 
 
 def resolve(inventory: Inventory, options: LaunchOptions) -> tuple[Inventory, Profile]:
@@ -114,10 +117,10 @@ def command_line(starts: list[Start]) -> str:
     return "\n".join(f"[{start.node}] {recipe.shell_line(start.argv)}" for start in starts)
 
 
-def examined(pair: Pair, inventory: Inventory, profile: Profile,
-             nodes: list[str]) -> tuple[Facts, list[Finding]]:
+def examined(pair: Pair, inventory: Inventory, profile: Profile, nodes: list[str],
+             catalog: Catalog | None = None) -> tuple[Facts, list[Finding]]:
     """The facts doctor gathered (each node's NCCL settings come from them), and the launch-critical FAILs."""
-    facts, findings = examine(pair, inventory, profile, serving_node=nodes[0])
+    facts, findings = examine(pair, inventory, profile, serving_node=nodes[0], catalog=catalog)
     relevant = [f for f in findings if f.status is Status.FAIL and is_launch_critical(f.check)]
     if len(nodes) == 1:
         relevant = [f for f in relevant if f.node == nodes[0] and selected(f.check, set(SINGLE_NODE_CHECKS))]
@@ -144,13 +147,14 @@ def plan_launch(pair: Pair, inventory: Inventory, options: LaunchOptions) -> Lau
     """Preflight and what a launch would change; starts nothing."""
     inventory, profile = resolve(inventory, options)  # a bad profile fails here, before any node is asked
     nodes = rank_nodes(inventory, profile, options.node)
-    facts, failures = examined(pair, inventory, profile, nodes)
+    facts, failures = examined(pair, inventory, profile, nodes, options.catalog)
     files = fabric.node_files(inventory, profile, fabric.node_fabrics(facts, nodes))
     states = {name: getattr(containers.find(pair.nodes[name], inventory.container.name), "status", "none")
               for name in nodes}
     return LaunchPlan(nodes, [] if failures else config_changes(pair, files, nodes), states, inventory.container.image,
                       profile.repos, options.model_source,
-                      command_line(runtime_of(profile).starts(inventory, profile, nodes)), failures, profile.runtime)
+                      command_line(runtime_of(profile).starts(inventory, profile, nodes)), failures, profile.runtime,
+                      split_note(profile, inventory.models, len(inventory.nodes)))
 
 
 @dataclass
@@ -168,6 +172,7 @@ class _Run:
     facts: Facts | None = None  # the preflight's, reused where still true (the pair lock keeps others out)
     proof: fabric.FabricProof | None = None
     start: float = field(default_factory=time.monotonic)
+    started_at: float = field(default_factory=time.time)  # the memory guard's stops since then are this launch's
     stage: str = "writing the engine configuration"
     dirs: dict[str, list[str]] = field(default_factory=dict)   # per node: the directories its config files need
 
@@ -184,7 +189,8 @@ def launch(pair: Pair, inventory: Inventory, options: LaunchOptions, progress: P
     inventory, profile = resolve(inventory, options)  # a bad profile fails here, before any node is touched
     nodes = rank_nodes(inventory, profile, options.node)
     run = _Run(pair, inventory, options, profile, runtime_of(profile), nodes, progress)
-    facts, failures = examined(pair, inventory, profile, nodes)
+    progress(Event("", "split: " + split_note(profile, inventory.models, len(inventory.nodes))))
+    facts, failures = examined(pair, inventory, profile, nodes, options.catalog)
     if failures:
         return LaunchResult(preflight=failures)
     run.fabrics = fabric.node_fabrics(facts, nodes)
@@ -220,6 +226,8 @@ def _apply(run: _Run, changes: list[apply.Change]) -> LaunchResult:
     credentials.place(pair, nodes, credentials.values(run.runtime, run.profile))
     run.stage = "starting the engine containers"
     started = _start_containers(run)
+    run.stage = "starting the memory guard"
+    memguard.start_all(pair, inventory, nodes, run.progress)
     starts = run.runtime.starts(inventory, run.profile, nodes)
     command = command_line(starts)
     fresh = all(action in ("started", "replaced") for action in started.values())  # no engine runs in a new one
@@ -314,8 +322,7 @@ def _wait(head: Node, run: _Run) -> Readiness:
     watchdog = _watchdog(run)
 
     def stalled() -> str | None:
-        stall = watchdog.poll()
-        return stall.detail() if stall else None
+        return stall.detail() if (stall := watchdog.poll()) else None
 
     starts = run.runtime.starts(run.inventory, run.profile, run.nodes)
     readiness = wait_ready(head, run.inventory.server.port, run.profile.target, run.options.timeout,
@@ -343,7 +350,8 @@ def _watchdog(run: _Run) -> watch.Watchdog:
         expected[name] = watch.expected_bytes(target, draft, run.profile.ranks) if target else 0
     files = [run.runtime.rank_log_paths(index if len(run.nodes) > 1 else None) for index in range(len(run.nodes))]
     return watch.Watchdog(run.pair, run.inventory.container.name, run.nodes, recipe.HF_HOME, files, expected,
-                          dict(run.options.stall_after), run.progress, run.runtime)
+                          dict(run.options.stall_after), run.progress, run.runtime,
+                          floor=run.inventory.memory_guard.floor_gib << 30)
 
 
 def _explain_failure(run: _Run, detail: str) -> LaunchFailure:
@@ -355,14 +363,14 @@ def _explain_failure(run: _Run, detail: str) -> LaunchFailure:
     launcher = run.runtime.launcher_log(len(run.nodes))
     texts["mpirun"] = lifecycle.tail_files(head, run.inventory, [launcher], 400) if launcher else ""
     tails = {name: "\n".join(stages.clean_lines(text)[-20:]) for name, text in texts.items()}  # a redrawn bar: once
-    return LaunchFailure(detail, tails, diagnose.classify("\n".join(texts.values()), run.runtime))
+    guard = memguard.stop_lines(run.pair, run.nodes, run.started_at) + memguard.own_lines(detail)
+    return LaunchFailure(detail, tails, diagnose.classify("\n".join([*guard, *texts.values()]), run.runtime))
 
 
 def _private_dirs(connection: Node, config_dirs: list[str]) -> None:
     """~/.sparkpair/config and ~/.sparkpair/secrets on a node, both 0700 (the secrets one made so even if it
     was there), and the directories under config that the runtime's files need, in one round trip."""
-    dirs = [paths.under_home(directory, connection.home) for directory in (paths.CONFIG_DIR, paths.SECRETS_DIR,
-                                                                            *config_dirs)]
+    dirs = [paths.under_home(directory, connection.home) for directory in (paths.CONFIG_DIR, paths.SECRETS_DIR, *config_dirs)]
     connection.check(Shell("mkdir -p -m 700 " + " ".join(["{}"] * len(dirs)) + " && chmod 700 {}", *dirs, dirs[1]))
 
 

@@ -8,7 +8,6 @@ runs comes from the launch state; status, logs and stop read the inventory as th
 
 from __future__ import annotations
 
-import json
 import shlex
 import time
 from collections.abc import Callable
@@ -16,17 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkpair import paths, registry
-from sparkpair.engine import containers, credentials
-from sparkpair.engine.readiness import HEALTH_CAP, served_models
+from sparkpair.engine import containers, credentials, memguard
+from sparkpair.engine.readiness import HEALTH_CAP, generate_one_token, served_model_ids
 from sparkpair.engine.state import LaunchState, read_state, write_state
 from sparkpair.errors import SparkpairError, last_line
 from sparkpair.inventory import Inventory
-from sparkpair.jsonfields import ShapeError
 from sparkpair.probes import ProbeFailure, docker, gather, prometheus, ranks
 from sparkpair.render import recipe
 from sparkpair.render.recipe import Start
-from sparkpair.runtimes import Runtime, ServingApi, runtime_named
-from sparkpair.runtimes.openai import OPENAI
+from sparkpair.runtimes import Runtime, runtime_named
 from sparkpair.transport import Node, Pair, Shell, docker_cli
 
 LOG = recipe.LOG_DIR
@@ -164,7 +161,6 @@ def tail_files(connection: Node, inventory: Inventory, files: list[str], tail: i
     return output
 
 
-GENERATION_TIMEOUT_S = 5.0   # a one-token generation of a serving engine answers well within this
 
 
 @dataclass
@@ -187,6 +183,7 @@ class Status:
     reason: str = ""
     runtime: str = ""
     cluster: str = ""          # the cluster the engine runs on, when it runs on one (Ray: its node count)
+    memory_guard: list[str] = field(default_factory=list)  # the memory guard's stops of this launch, one line each
 
 
 def launched(pair: Pair, inventory: Inventory) -> tuple[LaunchState | None, Inventory, Runtime]:
@@ -219,36 +216,6 @@ def launch_nodes(inventory: Inventory, state: LaunchState | None) -> list[str]:
     known = [node.name for node in inventory.nodes]
     kept = [name for name in state.nodes if name in known] if state else []
     return kept or known
-
-
-def generate_one_token(serving: Node, port: int, model: str, headers: dict[str, str] | None = None,
-                       api: ServingApi = OPENAI) -> tuple[bool, str]:
-    """A one-token generation through every rank: (answered, what happened). Answered means a 200 whose body
-    is a generation (the OpenAI server's: `choices[0].text` a string), all within GENERATION_TIMEOUT_S;
-    headers: the engine's Authorization."""
-    request = api.token_request(model)
-    started = time.monotonic()
-    answer = serving.http(port, "POST", request.path, body=json.dumps(request.body).encode(),
-                          timeout=GENERATION_TIMEOUT_S, headers=headers)
-    took = time.monotonic() - started
-    if answer is None:
-        return False, f"nothing listens on port {port}"
-    if answer.status != 200:
-        return False, answer.summary
-    try:
-        api.token_text(answer.body)
-    except ShapeError as error:
-        return False, f"http 200 but {error}"
-    return True, f"ok in {took:.2f} s"
-
-
-def served_model_ids(serving: Node, port: int, model: str = "", headers: dict[str, str] | None = None,
-                     api: ServingApi = OPENAI) -> tuple[list[str], str]:
-    """(the model ids the server shows served, "") or ([], why it shows none: its answer failed or was malformed,
-    or it lists none); model: the one launched, when known (a server that answers for one model at a time);
-    headers: the engine's Authorization."""
-    listed, problem = served_models(serving, port, model, headers, api)
-    return listed, problem or ("" if listed else f"{api.models(model)} lists no model")
 
 
 def launched_target(inventory: Inventory, state: LaunchState | None) -> str:
@@ -299,6 +266,13 @@ def status(pair: Pair, inventory: Inventory) -> Status:
         result.uptime_s = round(time.time() - float(state.started), 1)
     if result.state in ("degraded", "wedged"):
         result.reason = _why_not_serving(serving, inventory, result, names, api.health)
+    if state is not None and state.running:  # the memory guard beside the launch's engine, and what it did
+        words, result.memory_guard = memguard.status(pair, names, state.started)
+        for name, text in words.items():
+            result.nodes[name]["memory_guard"] = text
+    if result.memory_guard:  # it stopped this launch's engine (whatever a probe read a moment before): never silent
+        result.state = "degraded"
+        result.reason = "; ".join([*result.memory_guard, *([result.reason] if result.reason else [])])
     return result
 
 
@@ -340,8 +314,9 @@ def stop(pair: Pair, inventory: Inventory) -> dict[str, str]:
     names = engine_container_names(inventory)
 
     def remove(connection: Node) -> str:
+        guard = memguard.stop(connection)  # first, so that its log says sparkpair stop ended it
         done = [containers.remove(connection, name) for name in names]
-        return "; ".join(item for item in done if item.startswith("removed")) or done[0]
+        return "; ".join([item for item in done if item.startswith("removed")] or done[:1]) + (f"; {guard}" if guard else "")
 
     removed = pair.each(remove).raise_failures()
     state = read_state(pair.head)

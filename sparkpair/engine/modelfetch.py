@@ -26,7 +26,7 @@ from sparkpair.progress import Event, Progress
 from sparkpair.render import recipe
 from sparkpair.transport import Node, Pair, Shell, docker_cli
 
-DOWNLOAD_ENV = {"HOME": "/tmp", "HF_HUB_OFFLINE": "0"}
+DOWNLOAD_ENV = recipe.DOWNLOAD_ENV
 STAGED_COPY_S = 4 * 3600.0  # a local copy of a whole model (Qwen3-235B: about 130 GB) on a slow disk
 
 

@@ -4,6 +4,7 @@ generation (the runtime's `ServingApi` says each request and how to read its ans
 between here and the head matters). While it waits, a watch (the launch watchdog, `engine.watch`) and
 the check whether a start command exited run beside it as often as the runtime says its start is worth
 (`runtimes.Watch`), and can end the wait early; a start that keeps progressing waits until the timeout.
+Status asks the same server what it serves and for one token (`served_model_ids`, `generate_one_token`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from sparkpair.runtimes.openai import OPENAI
 from sparkpair.transport import Node
 
 POLL_EVERY_S = 0.2
+GENERATION_TIMEOUT_S = 5.0   # status's one-token generation of a serving engine answers well within this
 HEALTH_CAP = 64 << 10   # bytes of a /health answer read (trtllm-serve answers an empty body)
 T = TypeVar("T")
 
@@ -76,6 +78,36 @@ def served_models(head: Node, port: int, model: str, headers: Mapping[str, str] 
         return api.served(models.body, model), ""
     except ShapeError as error:
         return [], str(error)
+
+
+def generate_one_token(serving: Node, port: int, model: str, headers: dict[str, str] | None = None,
+                       api: ServingApi = OPENAI) -> tuple[bool, str]:
+    """A one-token generation through every rank: (answered, what happened). Answered means a 200 whose body
+    is a generation (the OpenAI server's: `choices[0].text` a string), all within GENERATION_TIMEOUT_S;
+    headers: the engine's Authorization."""
+    request = api.token_request(model)
+    started = time.monotonic()
+    answer = serving.http(port, "POST", request.path, body=json.dumps(request.body).encode(),
+                          timeout=GENERATION_TIMEOUT_S, headers=headers)
+    took = time.monotonic() - started
+    if answer is None:
+        return False, f"nothing listens on port {port}"
+    if answer.status != 200:
+        return False, answer.summary
+    try:
+        api.token_text(answer.body)
+    except ShapeError as error:
+        return False, f"http 200 but {error}"
+    return True, f"ok in {took:.2f} s"
+
+
+def served_model_ids(serving: Node, port: int, model: str = "", headers: dict[str, str] | None = None,
+                     api: ServingApi = OPENAI) -> tuple[list[str], str]:
+    """(the model ids the server shows served, "") or ([], why it shows none: its answer failed or was malformed,
+    or it lists none); model: the one launched, when known (a server that answers for one model at a time);
+    headers: the engine's Authorization."""
+    listed, problem = served_models(serving, port, model, headers, api)
+    return listed, problem or ("" if listed else f"{api.models(model)} lists no model")
 
 
 def wait_ready(head: Node, port: int, model: str, timeout: float,

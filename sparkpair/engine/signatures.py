@@ -50,6 +50,15 @@ class Signature:
 # In order of cause and effect: a cause earlier here makes the later ones happen, so among equally
 # strong findings the earlier one is reported first.
 CAUSES: tuple[Cause, ...] = (
+    Cause("memory.guard", "the memory guard stopped the engine's container: the node's unified memory fell under "
+          "its floor (or its memory pressure reached the limit) before the Spark could hang",
+          "free the node's memory (docker ps; ps aux --sort=-rss | head), or lower the engine's own share "
+          "(gpu_memory_utilization, free_gpu_memory_fraction, max_model_len), then sparkpair launch; "
+          "memory_guard.floor_gib sets the floor"),
+    Cause("memory.overshoot", "launch stopped the load: what the ranks still had to load would have taken "
+          "MemAvailable under the memory guard's floor",
+          "free memory on that node or serve a smaller profile (sparkpair doctor --only memory), then sparkpair "
+          "launch; memory_guard.floor_gib sets the floor"),
     Cause("image.platform", "the image is built for another CPU architecture (a DGX Spark is arm64)",
           "use an arm64 or multi-arch image (docker image inspect --format '{{.Architecture}}' IMAGE "
           "must say arm64); NVIDIA's nvcr.io/nvidia/tensorrt-llm/release images are multi-arch"),
@@ -82,6 +91,12 @@ CAUSES: tuple[Cause, ...] = (
           "name the Up QSFP twins (ibdev2netdev) in NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME, UCX_NET_DEVICES "
           "and OMPI_MCA_btl_tcp_if_include on both nodes; sparkpair doctor --only links, then sparkpair "
           "setup-network"),
+    Cause("fabric.address", "a rank advertised an address its peers cannot use for the fabric (an IPv6, LAN or "
+          "Wi-Fi address instead of its QSFP twin's IPv4 address), so the ranks connect and then wait on each other",
+          "pin every address the engine advertises to the node's QSFP twin: NCCL_SOCKET_IFNAME and "
+          "GLOO_SOCKET_IFNAME to the twin, the engine's host address (VLLM_HOST_IP, SGLANG_HOST_IP, "
+          "--dist-init-addr, MASTER_ADDR) to the twin's IPv4 address (sparkpair launch sets them); sparkpair "
+          "doctor --only links"),
     Cause("fabric.roce", "RoCE between the nodes failed (wrong or mismatched GID index, link-local GID, an "
           "unusable HCA, completion errors)",
           "ibdev2netdev and show_gids on both nodes: NCCL_IB_HCA must list the Up twins' RoCE devices and "
@@ -112,6 +127,11 @@ CAUSES: tuple[Cause, ...] = (
           "image ships without it) or the platform refuses Ray",
           "run the engine without Ray, or in an image with ray[default] installed, as NVIDIA's playbook does "
           "(docs/runbooks.md#engine-ray)"),
+    Cause("ray.placement", "Ray cannot place the engine's workers: a node's GPU is not visible to Ray, or the "
+          "cluster lacks a node (the placement group asks for more GPUs than the Ray cluster has)",
+          "ray status on the head must list every node with GPU 1.0: start Ray on every node in the engine "
+          "container (docker run --gpus all) with --node-ip-address and the engine's host address set to that node's "
+          "QSFP twin address; or run the engine without Ray"),
     Cause("memory.kvcache", "the KV cache does not fit: the longest sequence the engine must hold needs more "
           "KV cache memory than is left after the weights",
           "give the KV cache more of the memory, or the longest sequence fewer tokens"),
@@ -126,13 +146,24 @@ CAUSES: tuple[Cause, ...] = (
           "a peer",
           "read the other node's rank log for its own error first (sparkpair logs); then sparkpair doctor "
           "--only links,path and sparkpair doctor --deep"),
-    Cause("startup.stalled", "the log stops in the middle of the start without an error",
+    Cause("peer.lost", "a peer rank dropped its TCP connection during the start (it died or aborted first; "
+          "NCCL's socket 'Software caused connection abort', 'Connection closed by remote peer')",
+          "read the other node's rank log for its own error first (sparkpair logs; sparkpair diagnose on both "
+          "nodes' logs together names it); then sparkpair doctor --only links,path"),
+    Cause("unknown.fatal", "the engine crashed on an error no known cause matches (a traceback's last line, a failed "
+          "initialisation, a fatal signal, FATAL or a rank's non-zero exit)",
+          "the engine prints the root cause just above these lines: read them on every node (sparkpair logs "
+          "--tail 400), then report it with sparkpair bundle (docs/runbooks.md#unknown-fatal)"),
+    Cause("startup.stalled", "the start made no progress for longer than its stage may take, by the log's own clock",
           "sparkpair logs on both nodes; a stall before NCCL points at MPI or the fabric (sparkpair doctor "
           "--deep), one while loading at disk or memory (sparkpair doctor --only models,memory); a first "
           "download can need a longer --timeout"),
 )
 CAUSE_IDS: tuple[str, ...] = tuple(cause.id for cause in CAUSES)
 STALLED = "startup.stalled"
+FATAL = "unknown.fatal"
+PEER_LOST = "peer.lost"
+KNOWN: tuple[str, ...] = tuple(cause for cause in CAUSE_IDS if cause not in (FATAL, STALLED))
 
 
 def _sig(cause: str, pattern: str, weight: int = DECISIVE, explains: tuple[str, ...] = (),
@@ -140,15 +171,27 @@ def _sig(cause: str, pattern: str, weight: int = DECISIVE, explains: tuple[str, 
     return Signature(cause, LinePattern.compile(pattern), weight, explains, lines_before)
 
 
-ORTE_START = ("mpi.ssh", "mpi.remote-env", "fabric.unreachable", "fabric.interface")
+ORTE_START = ("mpi.ssh", "mpi.remote-env", "fabric.unreachable", "fabric.interface", FATAL)
+AFTER_PEER = tuple(cause for cause in KNOWN if cause != PEER_LOST)
+SOCKET_ERROR = ("fabric.interface", "fabric.address", "fabric.unreachable", PEER_LOST, "rendezvous.timeout")
+IPV4_LOOPBACK = r"127\.\d{1,3}\.\d{1,3}\.\d{1,3}"
 HOST = r"(?P<subject>\S+?)"
 
 SIGNATURES: tuple[Signature, ...] = (
-    # RoCE first: its lines also carry generic errno text ("Network is unreachable", "No such device").
+    # sparkpair's own memory guard and launch watch, in their own words (engine.memguard).
+    _sig("memory.guard", rf"stopped by the memory guard on {HOST}:"),
+    _sig("memory.overshoot", rf"the load will overshoot the memory floor on {HOST}:"),
+    # A peer at a loopback address: a library fell back to lo (first: these lines carry socket errno text).
+    _sig("fabric.interface", rf"\bConnect to {IPV4_LOOPBACK}<\d+> failed\b"),
+    _sig("fabric.interface", rf"\bremote=\[{IPV4_LOOPBACK}\]"),
+    # A peer that went away: NCCL's socket errors when the other rank died or aborted first (not RoCE).
+    _sig(PEER_LOST, r"\bSoftware caused connection abort\b", STRONG, explains=AFTER_PEER),
+    _sig(PEER_LOST, r"\bConnection closed by remote peer\b", STRONG, explains=AFTER_PEER),
+    # RoCE next: its lines also carry generic errno text ("Network is unreachable", "No such device").
     _sig("fabric.roce", r"\bCall to ibv_\w+ failed\b|\bibv_modify_qp failed\b"),
     _sig("fabric.roce", r"NET/IB\s*:\s*Got completion (?:from peer \S+ )?with (?:error|status=)"),
     _sig("fabric.roce", r"\bgot completion with error\b|IBV_WC_RETRY_EXC_ERR|transport retry counter exceeded"),
-    _sig("fabric.roce", r"\bunhandled system error\b", STRONG),
+    _sig("fabric.roce", r"\bunhandled system error\b", STRONG, explains=SOCKET_ERROR),  # any socket error too
     _sig("fabric.roce", r"NET/IB\s*:\s*(?:No device found|Unable to open device)", HINT),
     # The remote side of mpirun.
     _sig("mpi.remote-env", r"\b(?:orted|prted)\s*:\s*(?:command )?not found\b|"
@@ -198,7 +241,10 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("fabric.interface", r"None of the TCP networks specified to be included for out-of-band"),
     _sig("fabric.interface", r"An invalid value was given for (?:btl|oob)_tcp_if_(?:in|ex)clude", STRONG),
     _sig("fabric.interface", rf"network device '{HOST}' is not available", HINT),
-    _sig("fabric.interface", r"NCCL INFO (?:Bootstrap|NET/Socket) : Using (?:\[\d+\])?lo:", HINT),
+    _sig("fabric.interface", r"NCCL INFO (?:Bootstrap|NET/Socket)\s*: Using (?:\[\d+\])?lo:", HINT),
+    _sig("fabric.interface", r"Using the loopback address as fallback", HINT),
+    _sig("fabric.address", r"NCCL INFO (?:Bootstrap|NET/Socket)\s*: Using (?:\[\d+\])?[\w.-]+:[0-9a-f]{0,4}:"
+                           r"[0-9a-f:]{2,40}(?:%[\w.-]+)?<\d+>", HINT),  # an IPv6 address: not the QSFP twin's
     # Reaching the peer.
     _sig("fabric.unreachable", r"No route to host|Network is unreachable"),
     _sig("fabric.unreachable", r"ORTE does not know how to route a message|No OOB path to target", STRONG),
@@ -208,6 +254,8 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("fabric.unreachable", r"Call to connect returned Connection refused", HINT),
     _sig("fabric.unreachable", rf"failed to connect to any network address of \({HOST}, \d+\)"),
     _sig("fabric.unreachable", rf"TCP client failed to connect/validate to host {HOST}:\d+ - retrying", STRONG),
+    _sig("fabric.unreachable", r"\bGloo connectFullMesh failed\b", STRONG,
+         explains=("fabric.interface", "fabric.address")),
     # Rendezvous of the ranks.
     _sig("rendezvous.timeout", r"Timed out after \d+ seconds waiting for (?:clients|workers)", STRONG),
     _sig("rendezvous.timeout", r"client socket has timed out after \d+m?s while trying to connect", STRONG),
@@ -216,6 +264,10 @@ SIGNATURES: tuple[Signature, ...] = (
     # The engine's own settings and processes (vLLM).
     _sig("engine.ray", r"Failed to import Ray\b"),
     _sig("engine.ray", r"current platform (?P<subject>\w+) does not support ray"),
+    _sig("ray.placement", r"No available node types can fulfill resource request"),
+    _sig("ray.placement", r"Cannot provide a placement group"),
+    _sig("ray.placement", r"required GPUs exceeds the total number of available GPUs in the placement group"),
+    _sig("ray.placement", r"Waiting for creating a placement group of specs for \d+ seconds", STRONG),
     _sig("memory.kvcache", r"KV cache is needed, which is larger than the available KV cache memory"),
     _sig("memory.kvcache", r"No available memory for the cache blocks"),
     _sig("memory.kvcache", r"is larger than the maximum number of tokens that can be stored in KV cache"),
@@ -245,4 +297,17 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("memory.oom", r"\b(?:exited|killed|terminated) on signal 9\b|\bsignal 9 \(Killed\)"),
     _sig("memory.oom", r"\bstd::bad_alloc\b|\bMemoryError\b", STRONG),
     _sig("memory.oom", r"^\s*Killed\s*$|exit(?:ed)? (?:code|status):? ?137\b", HINT),
+    # The engine's own word that it waits on a hung peer (vLLM; informational once serving).
+    _sig(STALLED, r"No available shared memory broadcast block found in \d+ seconds?", HINT),
+    # A crash no signature above names: evidence of a cause found, else unknown.fatal.
+    _sig(FATAL, r"\binitiali[sz]ation failed\b|\bMPI_ABORT was invoked\b", STRONG, explains=KNOWN),
+    _sig(FATAL, r"\bSegmentation fault\b|\bSIGSEGV\b|\bcore dumped\b|\bSIGABRT\b", STRONG, explains=KNOWN),
+    _sig(FATAL, r"(?:^|[\s\[(])FATAL(?:[\s\]):]|$)", STRONG, explains=KNOWN),
+    _sig(FATAL, r"\bexited on signal \d+|\bnon-zero (?:exit|status)\b|\bChildFailedError\b|"
+                r"\bFailed core proc\(s\): \{'", STRONG, explains=KNOWN),
+    _sig(FATAL, r"\bexit ?code {0,4}[:=]? {0,2}-?[1-9]", STRONG, explains=KNOWN),
 )
+
+# The last line of a Python traceback is found from its first line (`diagnose`): a crash when the start never
+# came up, evidence of a cause found, else unknown.fatal.
+TRACEBACK = _sig(FATAL, r"\bTraceback \(most recent call last\):", HINT, explains=KNOWN)

@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass, field
 
 from sparkpair import probes, registry
-from sparkpair.engine import stages
+from sparkpair.engine import memguard, stages
 from sparkpair.linepattern import LinePattern
-from sparkpair.probes import ProbeFailure, ranks
+from sparkpair.probes import ProbeFailure, host, ranks
 from sparkpair.probes.models import RepoManifest
 from sparkpair.progress import Event, Progress
 from sparkpair.runtimes import Runtime, runtime_named
@@ -268,19 +268,22 @@ class Watchdog:
     """Polls the ranks of one start, reports one live line per node, and says when the start stalled."""
 
     def __init__(self, pair: Pair, container: str, nodes: list[str], model_root: str, rank_files: list[list[str]],
-                 expected: dict[str, int], limits: dict[str, float], progress: Progress, runtime: Runtime) -> None:
+                 expected: dict[str, int], limits: dict[str, float], progress: Progress, runtime: Runtime,
+                 floor: int = 0) -> None:
         now = time.monotonic()
         self.pair, self.container, self.nodes, self.model_root = pair, container, nodes, model_root
         self.limits = {**limits_of(runtime), **limits}
         self.progress = progress
         self.finished = False
+        self.floor = floor  # bytes of MemAvailable the memory guard keeps: a load that would end under it stops now
         start = stages.of_runtime(runtime.name)
         self.pattern = runtime.process_pattern
         self.ranks = [RankWatch(node, index if len(nodes) > 1 else None, tuple(rank_files[index]),
                                 expected.get(node, 0), now, start) for index, node in enumerate(nodes)]
 
-    def poll(self) -> Stall | None:
-        """Ask both nodes once, update every rank, report, and return the stall if the start stalled."""
+    def poll(self) -> Stall | memguard.Overshoot | None:
+        """Ask both nodes once, update every rank, report, and return the stall if the start stalled, or the load
+        that would take a node's MemAvailable under the memory guard's floor."""
         answers = self.pair.each(self._ask, names=self.nodes)
         now = time.monotonic()
         if self.finished:  # the wait ended while this poll was under way (it runs beside readiness polling)
@@ -292,7 +295,11 @@ class Watchdog:
             gpu = facts.value(ranks.COMPUTE_APPS) if facts else None
             rank.observe(output, None if isinstance(found, ProbeFailure) else found, sum((gpu or {}).values()), now)
             self.progress(Event(rank.node, describe(rank, self.limits, now), key=f"engine {rank.node}"))
-        return stalled(self.ranks, self.limits, now)
+        meminfo = {name: facts.value(host.MEMINFO) for name, facts in answers.values.items()}
+        available = {name: found.get("MemAvailable", 0) * 1024 for name, found in meminfo.items() if found}
+        loading = {rank.node: (rank.loaded, rank.expected) for rank in self.ranks if rank.processes}
+        over = memguard.overshoot(loading, available, self.floor) if self.floor else None
+        return over or stalled(self.ranks, self.limits, now)
 
     def finish(self, outcome: str) -> None:
         """Close every rank's live line with how the start ended (ready: what it loaded, in all)."""
@@ -305,7 +312,8 @@ class Watchdog:
             self.progress(Event(rank.node, text, key=f"engine {rank.node}", done=1, total=1))
 
     def _ask(self, connection: Node) -> probes.NodeFacts:
-        asked: list[probes.Probe[object]] = [ranks.processes(self.container, self.model_root, self.pattern), ranks.COMPUTE_APPS]
+        asked: list[probes.Probe[object]] = [ranks.processes(self.container, self.model_root, self.pattern),
+                                             ranks.COMPUTE_APPS, host.MEMINFO]
         asked += [ranks.output(self.container, rank.offsets_asked()) for rank in self.ranks
                   if rank.node == connection.name]
         return probes.gather(connection, asked, timeout=30)

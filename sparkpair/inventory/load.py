@@ -6,6 +6,7 @@ path, the bad value and what is expected.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import typing
 from pathlib import Path
@@ -17,7 +18,7 @@ from sparkpair.errors import InventoryError
 from sparkpair.inventory import messages
 from sparkpair.inventory.profiles import Profile, profile_sources, resolve
 from sparkpair.inventory.schema import Inventory, with_current_engine_sections
-from sparkpair.inventory.validation import Invalid, parse
+from sparkpair.inventory.validation import Invalid, Problem, parse
 
 DEFAULT_PATH = "inventory.yaml"
 ENV_VAR = "SPARKPAIR_INVENTORY"
@@ -67,6 +68,9 @@ def load_yaml_mapping(path: Path, max_bytes: int = 256 * 1024) -> dict[str, Any]
         raise InventoryError([f"{where}: invalid YAML: {error.problem or error.context}"]) from None
     except (yaml.YAMLError, RecursionError) as error:
         raise InventoryError([f"{path}: invalid YAML: {type(error).__name__}"]) from None
+    if data is None:
+        raise InventoryError([f"{path}: empty; expected a mapping with cluster:, nodes:, container:, server: and "
+                              f"models: (copy inventory.example.yaml to {DEFAULT_PATH} and edit it)"])
     if not isinstance(data, dict):
         raise InventoryError([f"{path}: got {type(data).__name__} at the top level; expected a mapping "
                               "with cluster:, nodes:, container:, server: and models:"])
@@ -78,17 +82,30 @@ def parse_inventory(data: dict[str, Any], source: str = DEFAULT_PATH) -> Invento
     against source."""
     try:
         inventory = parse(Inventory, with_current_engine_sections(data))
-    except Invalid as error:
-        raise InventoryError(messages.describe(error.problems, source)) from None
+    except Invalid as error:   # every problem in one pass: the nodes' own, too, when they parse
+        found = messages.describe(error.problems, source)
+        raise InventoryError(found + [f"{source}: {problem}" for problem in _node_problems_alone(data)]) from None
     problems = messages.node_problems(inventory) + messages.env_problems(inventory) + _profile_problems(inventory)
     if problems:
         raise InventoryError([f"{source}: {problem}" for problem in problems])
     return inventory
 
 
+def _node_problems_alone(data: dict[str, Any]) -> list[str]:
+    """The problems of the nodes read together (names, hosts and addresses used twice, cabling), when the nodes and
+    the topology parse though another field did not."""
+    kinds = {field.name: field.metadata["kind"] for field in dataclasses.fields(Inventory)}
+    problems: list[Problem] = []
+    nodes = kinds["nodes"].parse(data.get("nodes"), ("nodes",), problems)
+    chosen = kinds["topology"].parse(data.get("topology", "pair"), ("topology",), problems)
+    if problems:
+        return []
+    return messages.node_problems(Inventory(nodes=nodes, topology=chosen))
+
+
 def _profile_problems(inventory: Inventory) -> list[str]:
     problems: list[str] = []
-    sources = profile_sources(inventory.models)
+    sources = profile_sources(inventory.models, len(inventory.nodes))
     for name, source in sources.items():
         try:
             parse(Profile, resolve(name, source))

@@ -88,11 +88,15 @@ def _duplicates(field: str, values: list[str]) -> list[str]:
 
 
 def _interface_set_problems(inventory: Inventory) -> list[str]:
+    """The pair's twins differ: blamed on the node whose differing names are no ConnectX-7 port names (its typo),
+    else on the worker."""
     head, worker = inventory.nodes
     if set(head.links) == set(worker.links):
         return []
-    return [f"nodes[1].links: got {', '.join(sorted(worker.links))}; expected the same interfaces as "
-            f"nodes[0] ({head.name}): {', '.join(sorted(head.links))} (cable the same port on both Sparks)"]
+    wrong = 0 if topology.blamed([set(head.links), set(worker.links)], 0) else 1
+    node, other = inventory.nodes[wrong], inventory.nodes[1 - wrong]
+    return [f"nodes[{wrong}].links: got {', '.join(sorted(node.links))}; expected the same interfaces as "
+            f"nodes[{1 - wrong}] ({other.name}): {', '.join(sorted(other.links))} (cable the same port on both Sparks)"]
 
 
 def _address_problems(inventory: Inventory) -> list[str]:

@@ -56,8 +56,8 @@ class RuntimeName(Choice):
 RUNTIME = RuntimeName()
 # What a variant inherits from its profile: the model and its sizes. Engine settings (serve_args,
 # engine_config) belong to one runtime and come only from the variant.
-MODEL_FACTS = ("description", "target", "draft", "decoding_type", "max_draft_len", "tp_size", "pp_size", "kv_heads",
-               "target_gib", "draft_gib", "headroom_gib")
+MODEL_FACTS = ("description", "target", "draft", "decoding_type", "max_draft_len", "tp_size", "pp_size", "heads",
+               "kv_heads", "target_gib", "draft_gib", "headroom_gib")
 # Tensor parallel sizes: a power of two (every model's attention heads split that way); three Sparks run a
 # pipeline (pp_size) instead (docs/profiles.md#parallelism).
 TP_SIZES = (1, 2, 4, 8)
@@ -96,6 +96,7 @@ class Profile:
     max_draft_len: int | None = spec(Optional(Integer(1, 16, "a draft length")), None)
     tp_size: int = spec(Choice(*TP_SIZES), 2)
     pp_size: int = spec(Integer(1, 16, "a pipeline parallel size"), 1)
+    heads: int | None = spec(Optional(Integer(1, 4096, "the model's number of attention heads")), None)  # tp_size divides it
     kv_heads: int | None = spec(Optional(Integer(1, 1024, "the model's number of KV heads")), None)  # tp_size divides it
     serve_args: dict[str, bool | int | float | str] = spec(MappingOf(OPTION_NAME, Scalar()), factory=dict)
     # The engine's own configuration, as its runtime defines it and checks it (TensorRT-LLM: the
@@ -125,17 +126,21 @@ class Profile:
         replicated on tp_size / kv_heads ranks (both engines do that); True when kv_heads is not known."""
         return self.kv_heads is None or self.kv_heads % tp_size == 0 or tp_size % self.kv_heads == 0
 
+    def splits_heads(self, tp_size: int) -> bool:
+        """Whether tp_size ranks share the model's attention heads (it divides them) and its KV heads out evenly."""
+        return (self.heads is None or self.heads % tp_size == 0) and self.splits_kv_heads(tp_size)
+
     def parallelism_problems(self, nodes: int) -> list[str]:
         """Why the profile cannot run on an inventory of `nodes` Sparks, one line each naming the field and the
         fix (empty: it runs on one node, or on every node with one rank each)."""
         field = f"models.{self.name}"
         found = []
-        if not self.splits_kv_heads(self.tp_size):
+        if not self.splits_heads(self.tp_size):
             found.append(f"{field}.tp_size: got {self.tp_size}, which neither divides nor is a multiple of the "
                          f"model's {self.kv_heads} KV heads (kv_heads); expected such a tp_size, with pp_size for "
                          "the rest of the nodes")
         if self.ranks > 1 and self.ranks != nodes:
-            tp_size = max(tp for tp in TP_SIZES if nodes % tp == 0 and self.splits_kv_heads(tp))
+            tp_size = max(tp for tp in TP_SIZES if nodes % tp == 0 and self.splits_heads(tp))
             split = f"tp_size: {tp_size} and pp_size: {nodes // tp_size}"
             found.append(f"{field}: tp_size {self.tp_size} x pp_size {self.pp_size} is {self.ranks} ranks, but the "
                          f"inventory has {nodes} nodes (one rank per Spark); set {split} under {field} "
@@ -161,8 +166,9 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
         "draft": "nvidia/Qwen3-235B-A22B-Eagle3",
         "decoding_type": "Eagle",
         "max_draft_len": 3,
-        "tp_size": 2,
-        "kv_heads": 4,   # Qwen3-235B-A22B's config.json num_key_value_heads: no tp_size 3 (three Sparks: pp_size 3)
+        "tp_size": 2,    # NVIDIA's two Sparks; on more nodes the split is chosen (chosen_split) unless the inventory sets it
+        "heads": 64,     # Qwen3-235B-A22B's config.json num_attention_heads
+        "kv_heads": 4,   # and num_key_value_heads: no tp_size 3 (three Sparks: pp_size 3)
         "serve_args": {"backend": "pytorch", "max_num_tokens": 1024},
         "engine_config": {
             **_RECIPE_RUNTIME,
@@ -293,12 +299,54 @@ def engine_config_key(override: Any) -> str:
     return "llm_api" if former else "engine_config"
 
 
-def profile_sources(overrides: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Built-in profiles with the inventory's overrides merged in (in their current spelling), plus new profiles."""
+def profile_sources(overrides: dict[str, dict[str, Any]], nodes: int | None = None) -> dict[str, dict[str, Any]]:
+    """Built-in profiles with the inventory's overrides merged in (in their current spelling), plus new profiles;
+    with nodes, every profile that spans several Sparks and whose split the inventory does not set gets the split
+    chosen for that many."""
     sources = {name: copy.deepcopy(spec) for name, spec in BUILTIN_PROFILES.items()}
     for name, override in overrides.items():
         sources[name] = deep_merge(sources.get(name, {}), current_spelling(override))
+    if nodes is not None:
+        for name, source in sources.items():
+            if split_is_chosen(overrides.get(name), source, nodes):
+                tp_size, pp_size = chosen_split(nodes, source.get("heads"), source.get("kv_heads"))
+                source.update(tp_size=tp_size, pp_size=pp_size)
     return sources
+
+
+def split_is_chosen(override: Any, source: dict[str, Any], nodes: int) -> bool:
+    """Whether sparkpair chooses the split of a profile: it spans several Sparks and the inventory sets neither
+    tp_size nor pp_size for it (nor for any of its variants); an explicit split is kept as given."""
+    written = [override] + (list((override.get("variants") or {}).values()) if isinstance(override, dict) else [])
+    if any(isinstance(part, dict) and ("tp_size" in part or "pp_size" in part) for part in written):
+        return False
+    tp_size, pp_size = source.get("tp_size", 2), source.get("pp_size", 1)
+    return isinstance(tp_size, int) and isinstance(pp_size, int) and tp_size * pp_size > 1 and nodes > 1
+
+
+def chosen_split(nodes: int, heads: int | None, kv_heads: int | None) -> tuple[int, int]:
+    """(tp_size, pp_size) for nodes Sparks, one rank each: the largest tensor-parallel size of TP_SIZES that divides
+    the node count and the model's attention heads and shares out its KV heads, pipeline stages for the rest."""
+    def fits(tp_size: int) -> bool:
+        return (nodes % tp_size == 0 and (heads is None or heads % tp_size == 0)
+                and (kv_heads is None or kv_heads % tp_size == 0 or tp_size % kv_heads == 0))
+
+    tp_size = max(tp for tp in TP_SIZES if fits(tp))
+    return tp_size, nodes // tp_size
+
+
+def split_note(profile: Profile, overrides: dict[str, dict[str, Any]], nodes: int) -> str:
+    """How the profile's split was reached, for the plan: chosen for the nodes from the model's heads, or as set."""
+    split = f"tp_size {profile.tp_size} x pp_size {profile.pp_size}"
+    if profile.ranks == 1:
+        return f"{split}: one node"
+    source = profile_sources(overrides).get(profile.name, {})
+    if not split_is_chosen(overrides.get(profile.name), source, nodes):
+        return f"{split}: as models.{profile.name} sets it"
+    heads = ", ".join(part for part in (f"{profile.heads} attention heads" if profile.heads else "",
+                                        f"{profile.kv_heads} KV heads" if profile.kv_heads else "") if part)
+    return (f"{split}: chosen for {nodes} nodes" + (f" from the model's {heads}" if heads else "") +
+            f" (set models.{profile.name}.tp_size and pp_size to choose another)")
 
 
 def resolve(name: str, source: dict[str, Any], runtime: str | None = None) -> dict[str, Any]:

@@ -141,12 +141,20 @@ def _check_env_name(value: str) -> str:
 NODE_NAME = Text("a short lowercase name of letters, digits and '-', e.g. spark-a",
                  r"[a-z0-9](?:[a-z0-9-]{0,30}[a-z0-9])?")
 USER_NAME = Text("a Linux user name, e.g. nvidia", r"[a-z_][a-z0-9_-]{0,31}")
-HOST_NAME = Text("a DNS name or IP address of the node's management interface, e.g. spark-a.local", check=_check_host)
-INTERFACE_NAME = Text(IFNAME_EXPECTED, check=_check_ifname)
+# The patterns also go to the JSON Schema (editors check with them); the checks after them are stricter.
+HOST_PATTERN = (r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+                r"|[0-9A-Fa-f:.]{2,45}(?:%\S{1,64})?")
+HOST_NAME = Text("a DNS name or IP address of the node's management interface, e.g. spark-a.local", HOST_PATTERN,
+                 check=_check_host)
+INTERFACE_NAME = Text(IFNAME_EXPECTED, IFNAME.pattern, check=_check_ifname)
 LINK_ADDRESS = Text("an IPv4 address with prefix length, e.g. 192.168.200.13/24", check=_parse_link_address)
 PORT = Integer(1, 65535, "a TCP port")
 MTU = Integer(1280, 9216, "an MTU")
 OPERATOR_PATH = Text("a file path on this machine, e.g. ~/.ssh/id_ed25519", check=_expand_operator_path)
+SSH_KEY_PATH = Text("the SSH private key file on this machine that logs in to every node, e.g. ~/.ssh/id_ed25519",
+                    check=_expand_operator_path)
+KNOWN_HOSTS_PATH = Text("the known_hosts file on this machine that holds every node's SSH host key (sparkpair "
+                        "verifies each node against it), e.g. ~/.ssh/known_hosts", check=_expand_operator_path)
 NODE_PATH = Text(NODE_PATH_EXPECTED, r"(?:~|)/[A-Za-z0-9._-]+(?:/[A-Za-z0-9._-]+)*/?", check=_check_node_path)
 IMAGE_REF = Text("a container image reference starting with a letter or digit, e.g. "
                  "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12",
@@ -175,8 +183,8 @@ class Cluster:
 
     name: str = spec(NODE_NAME, "spark-pair")
     user: str = spec(USER_NAME, "nvidia")
-    ssh_key: Path = spec(OPERATOR_PATH, factory=lambda: _expand_operator_path("~/.ssh/id_ed25519"))
-    known_hosts: Path = spec(OPERATOR_PATH, factory=lambda: _expand_operator_path("~/.ssh/known_hosts"))
+    ssh_key: Path = spec(SSH_KEY_PATH, factory=lambda: _expand_operator_path("~/.ssh/id_ed25519"))
+    known_hosts: Path = spec(KNOWN_HOSTS_PATH, factory=lambda: _expand_operator_path("~/.ssh/known_hosts"))
     mtu: int = spec(MTU, 9000)
 
 
@@ -253,6 +261,17 @@ class Server:
     profile: str = spec(PROFILE_NAME, "qwen3-235b")
 
 
+@dataclass(frozen=True, kw_only=True)
+class MemoryGuard:
+    """The memory guard launch starts beside the engine on every rank node (docs/runbooks.md#memory-guard): it stops
+    the engine's container when MemAvailable falls under the floor, or the kernel's memory pressure reaches the
+    limit, before a Spark's unified memory runs out and hangs the box."""
+
+    floor_gib: int = spec(Integer(1, 64, "GiB of MemAvailable the guard keeps"), 4)
+    pressure_full_pct: int = spec(Integer(1, 100, "a percentage of time every task stalled on memory "
+                                                  "(PSI full avg10)"), 60)
+
+
 def _two_or_more(nodes: list[Node]) -> list[Node]:
     """nodes, when there are at least two. No upper bound: the topology bounds them (a pair is two, a ring
     three) and through a switch the subnet does (its addresses must all differ)."""
@@ -274,6 +293,7 @@ class Inventory:
     server: Server = spec(Nested(Server), factory=Server)
     # Each runtime's own engine container and options (Engine); a runtime not named here runs with its defaults.
     engines: dict[str, Engine] = spec(MappingOf(RUNTIME, Nested(Engine)), factory=dict)
+    memory_guard: MemoryGuard = spec(Nested(MemoryGuard), factory=MemoryGuard)
     # The runtime every command uses when --runtime is not given (profiles without a variant for it keep their
     # own); None: each profile's own.
     runtime: str | None = spec(Optional(RUNTIME), None)
@@ -347,7 +367,8 @@ class Inventory:
     @cached_property
     def profiles(self) -> dict[str, Profile]:
         """Every profile, built-in and inventory-defined, validated, each on its own runtime."""
-        return {name: parse(Profile, resolve(name, src)) for name, src in profile_sources(self.models).items()}
+        return {name: parse(Profile, resolve(name, src))
+                for name, src in profile_sources(self.models, len(self.nodes)).items()}
 
     def profile(self, name: str | None = None, runtime: str | None = None) -> Profile:
         """Profile name (default: server.profile) on runtime (default: the profile's own). KeyError names
@@ -358,7 +379,7 @@ class Inventory:
         if wanted is None or wanted == own.runtime:
             return own
         try:
-            return parse(Profile, resolve(name, profile_sources(self.models)[name], wanted))
+            return parse(Profile, resolve(name, profile_sources(self.models, len(self.nodes))[name], wanted))
         except KeyError:
             if runtime is None:  # the inventory's runtime, which this profile has no variant for: its own
                 return own

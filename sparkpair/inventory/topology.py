@@ -22,6 +22,30 @@ TOPOLOGIES = ("pair", "ring", "switch")
 RING_NODES = 3  # NVIDIA's ring: each Spark has two QSFP ports, one per neighbour
 # A Spark's QSFP interface names the physical port it is a twin of: enp1s0f1np1 and enP2p1s0f1np1 are port f1.
 _PHYSICAL_PORT = re.compile(r"f([0-9]{1,2})np[0-9]{1,2}$")
+# The names a Spark's ConnectX-7 ports carry (ibdev2netdev on DGX OS; shared/reference/realworld/outputs), and
+# the form of every ConnectX port name (enP<domain>p<bus>s<slot>f<function>np<port>).
+SPARK_PORTS = ("enp1s0f0np0", "enp1s0f1np1", "enP2p1s0f0np0", "enP2p1s0f1np1")
+_CONNECTX_PORT = re.compile(r"en[pP][0-9]{1,4}(?:p[0-9]{1,4})?s[0-9]{1,4}f[0-9]{1,2}np[0-9]{1,2}")
+
+
+def is_port_name(interface: str) -> bool:
+    """Whether interface is named as a ConnectX-7 port is (a LAN port, Wi-Fi or a typo is not)."""
+    return _CONNECTX_PORT.fullmatch(interface) is not None
+
+
+def _oddness(interface: str) -> int:
+    """0 for a name a Spark's ports carry, 1 for another ConnectX port name, 2 for any other name."""
+    return 0 if interface in SPARK_PORTS else 1 if is_port_name(interface) else 2
+
+
+def blamed(links: list[set[str]], reference: int) -> bool:
+    """Whether the nodes' interface names differ by the reference node's typo: the names it has that another node
+    lacks are further from a Spark's port names than every name another node has beyond it."""
+    mine = links[reference]
+    others = [names for index, names in enumerate(links) if index != reference]
+    odd_mine = max((_oddness(name) for name in mine if any(name not in names for names in others)), default=0)
+    odd_others = max((_oddness(name) for names in others for name in names - mine), default=0)
+    return odd_mine > odd_others
 
 
 @dataclass(frozen=True)
@@ -205,6 +229,11 @@ def _port_problems(index: int, node: Node, members: dict[ipaddress.IPv4Network, 
 def switch_problems(inventory: Inventory) -> list[str]:
     """Through a switch: every node has the switch port's twins, each twin in one subnet on every node."""
     head, *others = inventory.nodes
+    names = [set(node.links) for node in inventory.nodes]
+    if any(one != names[0] for one in names) and blamed(names, 0):   # the head's own typo: blame the head
+        most = max((one for one in names[1:]), key=lambda one: sum(other == one for other in names[1:]))
+        return [f"nodes[0].links: got {', '.join(sorted(names[0]))}; expected the interfaces every other node has: "
+                f"{', '.join(sorted(most))} (cable the same port of every Spark to the switch)"]
     problems = []
     for index, node in enumerate(others, start=1):
         if set(node.links) != set(head.links):

@@ -94,7 +94,7 @@ class Text(Kind):
 
     def schema(self) -> dict[str, Any]:
         return {"type": "string", "description": self.expected,
-                **({"pattern": f"^{self.pattern}$"} if self.pattern else {})}
+                **({"pattern": f"^(?:{self.pattern})$"} if self.pattern else {})}
 
 
 class Integer(Kind):

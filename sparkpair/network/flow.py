@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from sparkpair import apply
-from sparkpair.checks import any_node
+from sparkpair.checks import Status, any_node, judge
+from sparkpair.checks.known import known_checks, known_probes
 from sparkpair.errors import Interrupted, SparkpairError
 from sparkpair.inventory import Inventory
 from sparkpair.network import guarded, netplan, rollback, trust, verify
@@ -33,10 +34,14 @@ def plan_setup(pair: Pair, inventory: Inventory, options: SetupOptions,
     """Probe both nodes (one round trip each) and plan the network and trust changes; changes nothing.
     wanted: the netplan files already rendered (`plan.wanted_netplan`), else they are rendered here."""
     try:
-        facts, current = netplan.probe_nodes(pair, [] if options.skip_ssh else [ssh.SSH_FILES],
-                                             verify.state_probes(inventory, with_trust=not options.skip_ssh))
+        beside = {name: [*asked, *known_probes(inventory)]
+                  for name, asked in verify.state_probes(inventory, with_trust=not options.skip_ssh).items()}
+        facts, current = netplan.probe_nodes(pair, [] if options.skip_ssh else [ssh.SSH_FILES], beside)
         plan = SetupPlan(facts, netplan.plan_network(inventory, facts, options.replace, wanted),
                          skip_ssh=options.skip_ssh, current=current)
+        plan.known_refusals = [f"{row.node}: {row.check}: {row.detail} (fix: {row.fix})" for row in
+                               judge(inventory, current, known_checks(options.catalog), ["known"])
+                               if row.status is Status.FAIL]
         if options.skip_ssh:
             return plan
         files = trust.ssh_files(facts)

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from sparkpair import apply
+from sparkpair.checks.knowncatalog import Catalog
 from sparkpair.inventory import Inventory
 from sparkpair.network import netplan
 from sparkpair.network.watchdog import Armed
@@ -26,6 +27,7 @@ class SetupOptions:
     skip_ssh: bool = False
     replace: bool = False
     confirm_timeout: float = DEFAULT_CONFIRM_TIMEOUT_S
+    catalog: Catalog | None = None     # the known-bad catalog judged before any change (None: sparkpair's own)
 
 
 @dataclass
@@ -37,6 +39,7 @@ class SetupPlan:
     key_changes: list[apply.Change] = field(default_factory=list)
     trust_changes: list[apply.Change] = field(default_factory=list)
     trust_refusals: list[str] = field(default_factory=list)
+    known_refusals: list[str] = field(default_factory=list)   # a node on a known-bad version (known.* FAIL)
     host_keys: dict[str, tuple[str, str]] = field(default_factory=dict)
     skip_ssh: bool = False
     stamp: str = field(default_factory=apply.run_stamp)
@@ -51,7 +54,7 @@ class SetupPlan:
     @property
     def refusals(self) -> list[str]:
         """Every reason not to apply: the lockout guard's first (bad input), then the others."""
-        return self.network.lockouts + self.network.refusals + self.trust_refusals
+        return self.network.lockouts + self.network.refusals + self.trust_refusals + self.known_refusals
 
     @property
     def warnings(self) -> list[str]:

@@ -7,8 +7,9 @@ one node in a single SSH round trip. Parsers take captured text and are unit-tes
 captured output (tests/fixtures/probes).
 
 Holds the probe model and the batch runner here, and the probes by domain: `net`, `rdma`, `host`,
-`docker`, `models`, `drafts` (a trained draft's record), `training` (train-draft's training image and the device
-torch in it sees), `ranks`, `ssh`, `prometheus`. May import: only the layers below its own in
+`memory` (the kernel's memory pressure, the memory guard's state and record), `docker`, `models`, `drafts`
+(a trained draft's record), `training` (train-draft's training image and the device torch in it sees), `ranks`,
+`ssh`, `prometheus`. May import: only the layers below its own in
 pyproject.toml's `[tool.importlinter]` (`transport` and the leaf modules).
 """
 

@@ -264,7 +264,7 @@ class ContentCheck:
 
 
 def parse_content(text: str) -> ContentCheck:
-    """The `result {...}` line of `model_node.py verify` (progress lines before it are skipped).
+    """The `result {...}` line of the node program's `verify` (node_command; progress lines before it are skipped).
 
     Sample: result {"cached": 9, "hashed_bytes": 1508352, "repos": {"models--o--r": {"bad": {"b35a...":
             "content hashes to 0c1f33a2e9d1"}, "blobs": 11, "links": [["<rev>/x.safetensors",

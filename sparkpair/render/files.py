@@ -118,6 +118,7 @@ def launch_script(inventory: Inventory, profile: Profile, config_files: list[str
     ~/.sparkpair/config; starts: the runtime's commands that start the engine)."""
     profile_name = profile.name
     text = render_template("launch.sh.j2", profile_name=profile_name, profile=profile, inventory_name=source,
+                           launch_args=runbook.profile_args(profile),
                            steps=runbook.launch_steps(inventory, profile, config_files, starts, spec),
                            secrets_dir=recipe.NODE_SECRETS_DIR, token_path=recipe.HF_TOKEN_FILE)
     return RenderedFile(f"{profile_name}/launch.sh", text, 0o755)

@@ -13,7 +13,7 @@ from typing import Any
 from sparkpair import paths
 from sparkpair.inventory import Inventory, Node
 from sparkpair.inventory.profiles import Profile
-from sparkpair.inventory.topology import same_half
+from sparkpair.inventory.topology import same_half, same_port
 
 # Where things live inside the engine container (all mounted from the node; sparkpair.paths).
 CONFIG_DIR = paths.CONTAINER_CONFIG
@@ -59,6 +59,17 @@ def model_link(repo: str) -> str:
     return f"{HF_HOME}/{MODEL_LINKS}/{repo.replace('/', '--')}"
 
 
+def merged_halves(node: Node) -> dict[str, str]:
+    """NCCL_IB_MERGE_NICS=1 where the node's QSFP interfaces are the two PCIe x4 halves of one cabled port: NCCL
+    drives both as one NIC (98 -> 161 Gb/s busbw with both halves merged, against one: tonyd2wild/
+    DeepSeek-v4-Flash-Vision-Exp-DSpark-1M-NVFP4-KV-2x-DGX-Spark#35, 2026-08-20; NVIDIA Sync writes the same, with
+    both halves in NCCL_IB_HCA and MTU 9000: eugr/spark-vllm-docker#389). NCCL's own default since 2.21, pinned
+    against an image or /etc/nccl.conf that turns it off. Nothing where the interfaces are two ports (a ring's
+    neighbours: two peers are never one NIC)."""
+    twins = list(node.links)
+    return {"NCCL_IB_MERGE_NICS": "1"} if len(twins) == 2 and same_port(*twins) and twins[0] != twins[1] else {}
+
+
 def container_env(inventory: Inventory, fabric: NodeFabric | None = None) -> dict[str, str]:
     """Environment of one node's engine container: the recipe's variables, built from the inventory, with
     that node's NCCL_IB_HCA and NCCL_IB_GID_INDEX when its fabric was asked of it (launch, doctor --deep);
@@ -68,6 +79,7 @@ def container_env(inventory: Inventory, fabric: NodeFabric | None = None) -> dic
         "UCX_NET_DEVICES": twins,
         "NCCL_SOCKET_IFNAME": twins,
         **(fabric.env() if fabric else {}),
+        **merged_halves(inventory.head),
         "OMPI_MCA_btl_tcp_if_include": mpi_tcp_interfaces(inventory),
         "OMPI_MCA_oob_tcp_if_include": twins,
         "OMPI_MCA_orte_default_hostfile": HOSTFILE,
@@ -271,6 +283,11 @@ def hf_cache_on_node(inventory: Inventory, home: str) -> str:
     """The node's HF cache as an absolute path, given the user's home."""
     cache = inventory.container.hf_cache.rstrip("/") or "/"
     return home + cache[1:] if cache.startswith("~") else cache
+
+
+# `hf download` in the engine container, whose own environment keeps the hub off while serving (HF_HUB_OFFLINE=1):
+# the hub on for the download, and a writable HOME for hf's own files (it runs as the node user).
+DOWNLOAD_ENV = {"HOME": "/tmp", "HF_HUB_OFFLINE": "0"}
 
 
 def download_argv(repo: str) -> list[str]:

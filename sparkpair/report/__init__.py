@@ -2,8 +2,9 @@
 
 Data goes to stdout; errors and progress go to stderr, so `--json` output can be piped. Plain lines and doctor's
 findings tables (`table`) are written directly; styled output (errors, diffs, status, bench) goes through rich. Holds
-the printing here, `table` (doctor's tables laid out), `lock` (the lock's differences, the nodes side by side) and
-`draft` (what `sparkpair train-draft` prints). May import: only the layers below its own in pyproject.toml's
+the printing here, `table` (doctor's tables laid out), `holdpoint` (a test's hold on a stderr line), `lock` (the
+lock's differences, the nodes side by side), `draft` (what `sparkpair train-draft` prints) and `diagnose` (what
+`sparkpair diagnose` and `logs --diagnose` print). May import: only the layers below its own in pyproject.toml's
 `[tool.importlinter]`, and at run time only rich, `progress`, `safetext` and `inventory.messages`: what it prints
 (findings, launch and bundle results, status) is typed through TYPE_CHECKING imports, so `--json` and `--help` load no
 flow (tests/unit/test_performance_invariants.py).
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from sparkpair.inventory.messages import one_line
 from sparkpair.progress import Event
-from sparkpair.report import table
+from sparkpair.report import holdpoint, table
 from sparkpair.safetext import visible
 
 if TYPE_CHECKING:
@@ -82,7 +83,9 @@ def line(text: str = "") -> None:
 
 def note(text: str) -> None:
     """A progress or status line on stderr (shown as `line` shows it)."""
-    _write(sys.stderr, visible(text))
+    shown_text = visible(text)
+    _write(sys.stderr, shown_text)
+    holdpoint.reached(shown_text, lambda shown: _write(sys.stderr, shown))
 
 
 def error_lines(lines: list[str]) -> None:
@@ -93,6 +96,7 @@ def error_lines(lines: list[str]) -> None:
 
 def warning(text: str) -> None:
     err().print(f"[yellow]warning:[/] {escape(one_line(text))}")
+    holdpoint.reached(f"warning: {text}", lambda shown: _write(sys.stderr, shown))
 
 
 def emit_json(data: object) -> None:
@@ -256,6 +260,8 @@ def launch_plan(planned: LaunchPlan) -> None:
     for name, state in planned.containers.items():
         line(f"{name}: engine container (now: {state}) from {planned.image}")
     line(f"models ({planned.model_source}): {', '.join(planned.repos)} on {', '.join(planned.nodes)}")
+    if planned.split:
+        line("split: " + planned.split)
     line("serve: " + planned.serve)
 
 
@@ -347,21 +353,6 @@ def causes(items: Sequence[Diagnosis]) -> None:
         note(f"  fix: {item.fix} ({item.runbook})")
 
 
-def diagnoses(items: Sequence[Diagnosis], serving: bool) -> None:
-    """`sparkpair diagnose`: each likely cause, most likely first, with its evidence, fix and runbook."""
-    if not items:
-        line("no failure found: the start reached serving" if serving else
-             "no failure found in the logs (nothing matched a known cause, and no start was seen stopping)")
-        return
-    for number, item in enumerate(items, 1):
-        out().print(f"[bold red]{number}. {escape(item.cause)}[/]: {escape(one_line(item.summary))}")
-        line("   evidence:")
-        for text in item.evidence:
-            line(f"     | {one_line(text)}")
-        line(f"   fix: {one_line(item.fix)}")
-        line(f"   runbook: {item.runbook}")
-
-
 def status(result: EngineStatus) -> None:
     """The engine's status as a short table."""
     from rich.table import Table
@@ -376,11 +367,11 @@ def status(result: EngineStatus) -> None:
             ("draft acceptance", f"{result.acceptance_rate:.1%}" if result.acceptance_rate is not None else "-")]
     if result.reason:
         rows.insert(0, ("why", result.reason))
-    if result.cluster:
-        rows.append(("cluster", result.cluster))
+    rows += [("cluster", result.cluster)] if result.cluster else []
     for name, node in result.nodes.items():
         rank = {"stopped": "rank stopped"}.get(node.get("rank_state", ""), "rank up" if node["ranks_alive"] else "rank down")
-        rows.append((name, f"container {node['container']}, {rank}"))
+        guard = f", memory guard {node['memory_guard']}" if node.get("memory_guard") else ""
+        rows.append((name, f"container {node['container']}, {rank}{guard}"))
     table = Table(show_header=False, box=None)
     for key, value in rows:
         table.add_row(escape(key), escape(str(value)))  # node names come from the launch state: a node's file

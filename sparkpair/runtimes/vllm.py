@@ -115,6 +115,8 @@ class Vllm:
                           "gpu_memory_utilization",
         "engine.ray": "engines.vllm.options.multinode: native in the inventory (the default: no Ray); for Ray mode "
                       "an image with ray[default] installed, as NVIDIA's playbook does",
+        "ray.placement": "VLLM_HOST_IP is the node's QSFP twin address (sparkpair sets it); or leave Ray: "
+                         "engines.vllm.options.multinode: native (the default)",
     }
     fabric_proof: bool = False
     # The start as vLLM 0.32 prints it (tests/fixtures/logs/vllm: real logs of the simulated pair's vLLM). The
@@ -165,6 +167,7 @@ class Vllm:
             "UCX_NET_DEVICES": ",".join(twins),
             "OMPI_MCA_btl_tcp_if_include": own,
             **(fabric.env() if fabric else {}),
+            **recipe.merged_halves(node),
             "HF_HOME": recipe.HF_HOME,
             "HF_TOKEN_PATH": recipe.HF_TOKEN_FILE,
             "HF_HUB_OFFLINE": "1",

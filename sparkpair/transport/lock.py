@@ -209,6 +209,15 @@ def held(head: Node, command: str, warn: object = None) -> Iterator[None]:
         release(head, mine, warn)
 
 
+def held_by(head: Node) -> str:
+    """Who holds the pair's lock, as force_unlock words it ("no lock" when none is held); changes nothing."""
+    raw = head.read(f"{head.home}/{LOCK_FILE}")
+    if raw is None:
+        return "no lock"
+    info = parse(raw)
+    return f"the lock of {describe(info)}" if info is not None else "an unreadable lock"
+
+
 def force_unlock(head: Node) -> str:
     """Remove the lock whoever holds it; what it said."""
     path = f"{head.home}/{LOCK_FILE}"

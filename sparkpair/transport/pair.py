@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from sparkpair.errors import ConnectError, PairError, SparkpairError
+from sparkpair.errors import NodesUnreachable, PairError, SparkpairError
 from sparkpair.transport.node import Node
 from sparkpair.transport.ssh import NodeConnection, SshTarget
 
@@ -136,11 +136,12 @@ class Pair:
             for connection in self.nodes.values():
                 connection.connect_soon()
 
-    def connect(self) -> None:
-        """Open both connections; if any node is unreachable, one error names every such node."""
+    def connect(self, *, changing: bool = False) -> None:
+        """Open every connection; if any node is unreachable, one error with a line per such node (a command that
+        changes nodes adds that nothing was changed; a read-only one changes nothing anyway)."""
         result = self.each(lambda connection: connection.connect())
         if not result.ok:
-            raise ConnectError("; ".join(result.error_lines()) + "; nothing was changed")
+            raise NodesUnreachable(result.error_lines() + (["nothing was changed on any node"] if changing else []))
 
     def close(self) -> None:
         for connection in self.nodes.values():

@@ -8,8 +8,12 @@ successful `sparkpair setup-network`, `stopped` a networked pair with no engine 
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +24,12 @@ from sparkpair import paths
 
 ROOT = Path(__file__).resolve().parents[2]
 NETWORKED = "sparkpair setup-network"  # in testbed.since_reset once it succeeded
+
+# A suite started in the background by a shell without job control (`sh -c 'pytest ... &'`, some CI runners)
+# inherits SIGINT ignored, and so would every sparkpair it starts: the tests' Ctrl-C would never land, and an
+# interrupted run would finish with code 0. A handler of our own is reset to the default in each child.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items):
@@ -45,12 +55,107 @@ class Run:
 
 def run_sparkpair(inventory: Path, *args, env: dict | None = None, timeout: float = 600,
                   input_text: str | None = None) -> Run:
-    """Run the real CLI (`python -m sparkpair -i INVENTORY ARGS`) as the operator would (input_text: its stdin)."""
+    """Run the real CLI (`python -m sparkpair -i INVENTORY ARGS`) as the operator would (input_text: its stdin).
+
+    A run still going after timeout fails its test, and leaves nothing behind for the next module: its whole
+    process group is killed (SIGTERM, then SIGKILL), and the pair's lock it held is released (`sparkpair unlock`
+    removes a lock whose holder is gone)."""
     environment = {**os.environ, **(env or {})}
     environment.pop("SPARKPAIR_INVENTORY", None)
-    proc = subprocess.run([sys.executable, "-m", "sparkpair", "-i", str(inventory), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=environment, input=input_text)
-    return Run(proc.returncode, proc.stdout, proc.stderr)
+    argv = [sys.executable, "-m", "sparkpair", "-i", str(inventory), *map(str, args)]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(input_text, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        out, err = _end(proc)
+        unlocked = subprocess.run([sys.executable, "-m", "sparkpair", "-i", str(inventory), "unlock"],
+                                  capture_output=True, text=True, timeout=120, env=environment)
+        pytest.fail(f"sparkpair {' '.join(map(str, args))} still ran after {timeout:g} s: killed it "
+                    f"(unlock: {unlocked.stdout.strip() or unlocked.stderr.strip()})\n{out}{err}")
+    return Run(proc.returncode, out, err)
+
+
+def _end(proc: subprocess.Popen) -> tuple[str, str]:
+    """Stop a run and every process it started (its own session): SIGTERM, then SIGKILL; what it printed."""
+    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 30)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return proc.communicate(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.communicate()
+
+
+class Background:
+    """sparkpair running in the background; `wait_for` blocks until a stderr line matches. With hold_at (a regex
+    of a stderr line) the run holds at the first line matching it (sparkpair.report.holdpoint) until `release`:
+    a signal sent meanwhile lands exactly there, however fast or slow the machine."""
+
+    def __init__(self, inventory: Path, *args: str, hold_at: str = "") -> None:
+        environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        environment.pop("SPARKPAIR_INVENTORY", None)
+        self.release_file = Path(f"/tmp/sparkpair-test-release-{os.getpid()}-{id(self)}")
+        self.release_file.unlink(missing_ok=True)
+        if hold_at:
+            environment.update(SPARKPAIR_TEST_HOLD_AT=hold_at, SPARKPAIR_TEST_RELEASE=str(self.release_file))
+        self.proc = subprocess.Popen([sys.executable, "-m", "sparkpair", "-i", str(inventory), *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
+        self.err: list[str] = []
+        self.out = ""
+        self._seen = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            with self._seen:
+                self.err.append(line)
+                self._seen.notify_all()
+        with self._seen:
+            self.err.append("")  # end of output
+            self._seen.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float = 180) -> str:
+        """The first stderr line matching pattern; fails if the run ends or times out first."""
+        deadline = time.monotonic() + timeout
+        checked = 0
+        with self._seen:
+            while True:
+                for line in self.err[checked:]:
+                    if line and re.search(pattern, line):
+                        return line
+                    if line == "":
+                        pytest.fail(f"sparkpair ended before {pattern!r}:\n{''.join(self.err)}")
+                checked = len(self.err)
+                if not self._seen.wait(timeout=max(0.0, deadline - time.monotonic())):
+                    pytest.fail(f"no {pattern!r} within {timeout} s:\n{''.join(self.err)}")
+
+    def held(self, timeout: float = 300) -> None:
+        """Wait until the run holds at its hold_at line."""
+        self.wait_for(r"^sparkpair-test: held$", timeout)
+
+    def release(self) -> None:
+        self.release_file.touch()
+
+    def finish(self, timeout: float = 600) -> Run:
+        """How the run ended (it is released first); a run still going after timeout is killed, never left behind."""
+        self.release()
+        try:
+            self.out = self.proc.stdout.read() if self.proc.stdout else ""
+            code = self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+            self.release_file.unlink(missing_ok=True)
+        self._reader.join(timeout=10)
+        return Run(code, self.out, "".join(self.err))
 
 
 def has_netplan(bed, node) -> bool:

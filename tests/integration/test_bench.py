@@ -2,7 +2,7 @@
 
 The engine's timing and acceptance come from SIM_* knobs in its container environment, set here
 through the inventory's container.env; the expected figures are the engine README's formulas
-(scripts/bench/bench_truth.py). Tolerance: 10%.
+(scripts/bench/bench_truth.py). Tolerance: 10% (the first token: plus a fixed slack, never under).
 """
 
 from __future__ import annotations

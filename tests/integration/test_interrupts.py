@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import getpass
 import json
-import os
 import re
 import signal
 import socket
 import subprocess
-import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import Run, has_netplan, run_sparkpair
+from conftest import Background, Run, has_netplan, run_sparkpair
 from test_setup_network import NETPLAN, network_state, nothing_left_running, ssh_state
 
 from sparkpair.transport import lock
@@ -33,56 +30,11 @@ LOCK = "/home/nvidia/.sparkpair/lock"
 MODELS = "/home/nvidia/.cache/huggingface/hub/models--nvidia--Qwen3-235B-A22B-*"
 
 
-class Background:
-    """sparkpair running in the background; `wait_for` blocks until a stderr line matches."""
-
-    def __init__(self, inventory: Path, *args: str) -> None:
-        environment = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        environment.pop("SPARKPAIR_INVENTORY", None)
-        self.proc = subprocess.Popen([sys.executable, "-m", "sparkpair", "-i", str(inventory), *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=environment)
-        self.err: list[str] = []
-        self.out = ""
-        self._seen = threading.Condition()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            with self._seen:
-                self.err.append(line)
-                self._seen.notify_all()
-        with self._seen:
-            self.err.append("")  # end of output
-            self._seen.notify_all()
-
-    def wait_for(self, pattern: str, timeout: float = 180) -> str:
-        """The first stderr line matching pattern; fails if the run ends or times out first."""
-        deadline = time.monotonic() + timeout
-        checked = 0
-        with self._seen:
-            while True:
-                for line in self.err[checked:]:
-                    if line and re.search(pattern, line):
-                        return line
-                    if line == "":
-                        pytest.fail(f"sparkpair ended before {pattern!r}:\n{''.join(self.err)}")
-                checked = len(self.err)
-                if not self._seen.wait(timeout=max(0.0, deadline - time.monotonic())):
-                    pytest.fail(f"no {pattern!r} within {timeout} s:\n{''.join(self.err)}")
-
-    def finish(self, timeout: float = 300) -> Run:
-        self.out = self.proc.stdout.read() if self.proc.stdout else ""
-        code = self.proc.wait(timeout=timeout)
-        self._reader.join(timeout=10)
-        return Run(code, self.out, "".join(self.err))
-
-
 def interrupt(inventory: Path, stage: str, *args: str) -> Run:
-    """Run sparkpair, send it SIGINT when stderr shows stage, and return how it ended."""
-    run = Background(inventory, *args)
-    run.wait_for(stage)
+    """Run sparkpair held at the first stderr line matching stage, send it SIGINT there, release it, and return
+    how it ended."""
+    run = Background(inventory, *args, hold_at=stage)
+    run.held()
     run.proc.send_signal(signal.SIGINT)
     return run.finish()
 
@@ -264,8 +216,8 @@ def _holder(pid: int, command: str) -> str:
 
 
 def test_a_second_run_cannot_interleave_with_a_running_one(slow, stopped) -> None:
-    first = Background(slow, "launch", "--timeout", "120")
-    first.wait_for(r"port: nothing listens on port 8355")
+    first = Background(slow, "launch", "--timeout", "120", hold_at=r"port: nothing listens on port 8355")
+    first.held()   # holds the pair's lock there while the others try
     for args in (["stop"], ["setup-network", "--yes"], ["launch"]):
         second = run_sparkpair(stopped.inventory, *args)
         assert second.code == 1, second.text
@@ -294,8 +246,8 @@ def test_a_stale_lock_of_a_dead_run_is_detected_and_replaced(stopped) -> None:
 
 
 def test_a_killed_run_leaves_a_lock_the_next_run_replaces(slow, stopped) -> None:
-    killed = Background(slow, "launch", "--timeout", "120")
-    killed.wait_for(r"port: nothing listens on port 8355")
+    killed = Background(slow, "launch", "--timeout", "120", hold_at=r"port: nothing listens on port 8355")
+    killed.held()
     killed.proc.kill()
     killed.finish()
     held = json.loads(stopped.exec("spark-a", f"cat {LOCK}").stdout)

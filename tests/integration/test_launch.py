@@ -209,3 +209,118 @@ def test_check_fabric_stops_a_socket_fallback_before_any_model_loads(stopped, sp
     assert "proving the fabric" in run.err and "starting: mpirun" not in run.err
     for node in ("spark-a", "spark-b"):
         assert "trtllm-multinode" not in _containers(stopped, node)   # neither the engine nor the -doctor one
+
+
+# --- the memory guard beside the engine, and the launch watch's own check before it -----------------------------
+
+GUARD_LINE = "stopped by the memory guard on spark-b: MemAvailable 2.8 GiB < 4 GiB floor, pressure full avg10 41%"
+BYSTANDER = "memguard-bystander"
+
+
+def _guards(bed, node: str) -> str:
+    """The memory guard processes running in a node (pgrep's lines; empty when none runs)."""
+    return bed.exec(node, "pgrep -af '[m]emguard.py' || true").stdout
+
+
+def _guard_stopped(sparkpair):
+    """status --json once it names a stop by the memory guard, else None."""
+    run = sparkpair("status", "--json")
+    data = json.loads(run.out)
+    return run if data.get("memory_guard") and data["nodes"]["spark-b"]["container"] == "exited" else None
+
+
+def test_the_memory_guard_stops_the_engine_when_a_nodes_memory_runs_out(stopped, sparkpair) -> None:
+    """While the stand-in serves, spark-b's memory figures fall (MemAvailable 2.8 GiB, every task stalled 41 % of
+    the time): its guard stops that node's engine container and says why, status and diagnose name it, nothing
+    else on the node is touched, and stop leaves no guard behind."""
+    image = yaml.safe_load(Path(stopped.inventory).read_text())["container"]["image"]
+    run = sparkpair("launch", "--timeout", "120")
+    assert run.code == 0, run.text
+    assert "memory guard watching trtllm-multinode (floor 4 GiB of MemAvailable" in run.err
+    for node in ("spark-a", "spark-b"):  # alive after launch's SSH sessions ended
+        assert "memguard.py" in _guards(stopped, node)
+    stopped.exec("spark-b", f"docker rm -f {BYSTANDER} >/dev/null 2>&1; "
+                            f"docker run -d --name {BYSTANDER} --entrypoint sleep {image} 600")
+    try:
+        stopped.fault("memory-exhausted", node="spark-b")
+        status = stopped.wait_until(lambda: _guard_stopped(sparkpair), 60, "status to name the memory guard's stop")
+        data = json.loads(status.out)
+        assert status.code == 1 and data["state"] == "degraded" and data["memory_guard"] == [GUARD_LINE], data
+        assert data["reason"].startswith(GUARD_LINE) and "engine container not running on spark-b" in data["reason"]
+        assert data["nodes"]["spark-b"]["container"] == "exited"
+        assert data["nodes"]["spark-b"]["memory_guard"] == "stopped the engine"
+        assert data["nodes"]["spark-a"]["container"] == "running"   # each guard stops its own node's engine only
+        assert f"{BYSTANDER} Up" in _containers(stopped, "spark-b")  # nothing else on the node is touched
+        assert "memguard.py" not in _guards(stopped, "spark-b")      # its work done, the guard ended
+        text = " ".join(sparkpair("status").out.split())  # the table may wrap the reason
+        assert GUARD_LINE in text and "memory guard stopped the engine" in text, text
+        diagnosed = sparkpair("logs", "--diagnose")
+        assert diagnosed.code == 1 and diagnosed.out.startswith("1. memory.guard: the memory guard stopped"), \
+            diagnosed.text
+        assert GUARD_LINE in diagnosed.out and "docs/runbooks.md#memory-guard" in diagnosed.out
+        log = stopped.exec("spark-b", "cat /home/nvidia/.sparkpair/guard/memguard.log").stdout
+        offline = sparkpair("diagnose", "--json", "-", input_text=log)
+        assert [item["cause"] for item in json.loads(offline.out)["findings"]][:1] == ["memory.guard"], offline.text
+    finally:
+        stopped.heal("memory-exhausted")
+        stopped.exec("spark-b", f"docker rm -f {BYSTANDER} >/dev/null 2>&1 || true")
+    done = sparkpair("stop")
+    assert done.code == 0 and "spark-a: removed trtllm-multinode; memory guard ended (pid" in done.out, done.text
+    for node in ("spark-a", "spark-b"):
+        assert _guards(stopped, node) == "" and "trtllm-multinode" not in _containers(stopped, node)
+
+
+def test_a_load_that_would_end_under_the_floor_is_stopped_before_the_guard_has_to(stopped, tmp_path: Path) -> None:
+    """spark-b has 9 GiB left and the floor is 9 GiB: the preflight passes (the profile says it needs 3 GiB: its
+    real sizes are not on a fresh worker yet), the guard has nothing to do (not under the floor), but what the rank
+    still has to load would take it under: the launch watch stops the launch, names memory.overshoot, and tears it
+    down. (slow-load: the stand-in's rank loads for about 90 s instead of an instant, so the watch sees it loading.)"""
+    data = yaml.safe_load(Path(stopped.inventory).read_text())
+    data["memory_guard"] = {"floor_gib": 9}
+    data.setdefault("models", {})["qwen3-235b"] = {"target_gib": 2, "draft_gib": 1, "headroom_gib": 1}
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(yaml.safe_dump(data))
+    stopped.fault("memory-low", node="spark-b", gib=9)
+    stopped.fault("slow-load", node="spark-b")
+    try:
+        run = run_sparkpair(inventory, "launch", "--timeout", "120")
+    finally:
+        stopped.heal("memory-low")
+        stopped.heal("slow-load")
+    assert run.code == 1, run.text
+    assert "the load will overshoot the memory floor on spark-b: MemAvailable 9.0 GiB now and " in run.err
+    assert "cause memory.overshoot" in run.err and "docs/runbooks.md#memory-overshoot" in run.err
+    assert "(seen: spark-b)" in run.err
+    for node in ("spark-a", "spark-b"):
+        assert "trtllm-multinode" not in _containers(stopped, node) and _guards(stopped, node) == ""
+
+
+def test_a_newer_catalog_naming_a_nodes_kernel_stops_doctor_launch_and_setup_network(stopped, sparkpair,
+                                                                                       tmp_path: Path) -> None:
+    """`--catalog FILE`: sparkpair's catalog with one more entry (hand-made for this test) naming the kernel spark-b
+    reports under the kernel-string fault: doctor FAILs spark-b's known.* row, launch starts nothing and setup-network
+    refuses before any change; spark-a is not named."""
+    data = json.loads((Path(__file__).resolve().parents[2] / "sparkpair" / "data" / "known_bad.json").read_text())
+    data["entries"].append({"id": "kernel-under-test", "component": "kernel", "versions": {"is": ["6.11.0-1099"]},
+                            "severity": "FAIL", "symptom": "a kernel this test names as known-bad",
+                            "fix": "boot another kernel", "sources": [{"url": "https://github.com/example/issues/1",
+                                                                     "date": "2026-09-20"}]})
+    catalog = tmp_path / "catalog.json"
+    catalog.write_text(json.dumps(data))
+    stopped.fault("kernel-string", node="spark-b")
+    try:
+        doctor = sparkpair("doctor", "--json", "--only", "known", "--catalog", str(catalog))
+        rows = {(row["check"], row["node"]): row for row in json.loads(doctor.out)["findings"]}
+        assert doctor.code == 1 and rows[("known.kernel-under-test", "spark-b")]["status"] == "FAIL", doctor.text
+        assert ("known.kernel-under-test", "spark-a") not in rows
+        assert rows[("known.catalog", "spark-a")]["detail"].startswith(f"{catalog} catalog of 2026-09-20, 6 entries")
+        launch = sparkpair("launch", "--timeout", "60", "--catalog", str(catalog))
+        assert launch.code == 1 and "known.kernel-under-test" in launch.out, launch.text
+        assert "launch-critical check(s) FAIL; nothing was started" in launch.err
+        setup = sparkpair("setup-network", "--dry-run", "--catalog", str(catalog))
+        assert setup.code == 1 and "spark-b: known.kernel-under-test: kernel 6.11.0-1099-nvidia-drifted" in setup.text
+        assert sparkpair("doctor", "--only", "known").code == 0   # sparkpair's own catalog: nothing applies here
+    finally:
+        stopped.heal("kernel-string")
+    for node in ("spark-a", "spark-b"):
+        assert "trtllm-multinode" not in _containers(stopped, node)

@@ -197,12 +197,53 @@ def test_the_api_key_reaches_vllm_from_its_file_and_nowhere_else(served, tmp_pat
             assert data is None or API_KEY.encode() not in data.read(), member.name
 
 
+GUARD_LINE = "stopped by the memory guard on spark-b: MemAvailable 2.8 GiB < 4 GiB floor, pressure full avg10 41%"
+
+
+def _image(bed) -> str:
+    """The vLLM image the pair's inventory names (its `vllm.image`)."""
+    return yaml.safe_load(Path(bed.inventory).read_text())["vllm"]["image"]
+
+
+def _guards(bed, node: str) -> str:
+    """The memory guard processes running in a node (pgrep's lines; empty when none runs)."""
+    return bed.exec(node, "pgrep -af '[m]emguard.py' || true").stdout
+
+
+def test_the_memory_guard_stops_the_served_vllm_when_a_nodes_memory_runs_out(served) -> None:
+    """The last test of the served engine: spark-b's memory figures fall while the real vLLM serves; spark-b's
+    guard stops its engine container, status and logs --diagnose say why, nothing else on the node is touched."""
+    bed, _ = served
+    for node in ("spark-a", "spark-b"):
+        assert "memguard.py" in _guards(bed, node)
+    bystander = "memguard-bystander"
+    bed.exec("spark-b", f"docker rm -f {bystander} >/dev/null 2>&1; "
+                        f"docker run -d --name {bystander} --entrypoint sleep {_image(bed)} 600")
+    try:
+        bed.fault("memory-exhausted", node="spark-b")
+        status = bed.wait_until(lambda: (lambda run: run if json.loads(run.out).get("memory_guard") and json.loads(
+            run.out)["nodes"]["spark-b"]["container"] == "exited" else None)(
+            run_sparkpair(bed.inventory, "status", "--json")), 90, "status to name the memory guard's stop")
+        data = json.loads(status.out)
+        assert status.code == 1 and data["state"] == "degraded" and data["memory_guard"] == [GUARD_LINE], data
+        assert data["reason"].startswith(GUARD_LINE) and data["nodes"]["spark-b"]["container"] == "exited"
+        assert data["nodes"]["spark-a"]["container"] == "running"
+        assert f"{bystander} Up" in _containers(bed, "spark-b") and "memguard.py" not in _guards(bed, "spark-b")
+        diagnosed = run_sparkpair(bed.inventory, "logs", "--diagnose")
+        assert diagnosed.code == 1 and diagnosed.out.startswith("1. memory.guard: the memory guard stopped"), \
+            diagnosed.text
+    finally:
+        bed.heal("memory-exhausted")
+        bed.exec("spark-b", f"docker rm -f {bystander} >/dev/null 2>&1 || true")
+
+
 def test_stop_leaves_nothing_running(served) -> None:
     bed, _ = served
     run = run_sparkpair(bed.inventory, "stop")
     assert run.code == 0, run.text
+    assert "memory guard ended (pid" in run.out  # spark-a's: spark-b's ended once it stopped its engine
     for node in ("spark-a", "spark-b"):
-        assert CONTAINER not in _containers(bed, node)
+        assert CONTAINER not in _containers(bed, node) and _guards(bed, node) == ""
     assert json.loads(run_sparkpair(bed.inventory, "status", "--json").out)["state"] == "stopped"
 
 

@@ -11,15 +11,12 @@ resumes after the data step and finishes, a third finds everything done.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import ensure_networked, run_sparkpair
+from conftest import Background, ensure_networked, run_sparkpair
 
 NAME = "local/qwen3-tiny-eagle3-ci"
 SLUG = "local--qwen3-tiny-eagle3-ci"
@@ -52,22 +49,20 @@ def modelopt(testbed, testbed_vllm):
 
 @pytest.fixture(scope="module")
 def interrupted(modelopt):
-    """A run interrupted (SIGINT, as Ctrl-C) at its first training step: (exit code, stderr)."""
-    argv = [sys.executable, "-m", "sparkpair", "-i", str(modelopt.inventory), *COMMON, "--steps", "100000"]
-    env = {k: v for k, v in os.environ.items() if k != "SPARKPAIR_INVENTORY"}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    seen: list[str] = []
-    deadline = time.monotonic() + 1500
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        seen.append(line)
-        if "train: ModelOpt Eagle3" in line:
-            proc.send_signal(signal.SIGINT)
-            break
-        if time.monotonic() > deadline:
-            break
-    rest = proc.communicate(timeout=300)[1]
-    return modelopt, proc.returncode, "".join(seen) + rest
+    """A run interrupted (SIGINT, as Ctrl-C) at its first training step: (exit code, stderr). The run holds at that
+    line until the signal was sent (sparkpair.report.holdpoint); a run that never gets there, or never ends, is
+    killed and its lock released, never left holding the pair for the next module."""
+    run = Background(modelopt.inventory, *COMMON, "--steps", "100000", hold_at=r"train: ModelOpt Eagle3")
+    try:
+        run.held(timeout=1500)
+        run.proc.send_signal(signal.SIGINT)
+        ended = run.finish(timeout=300)
+    finally:
+        if run.proc.poll() is None:
+            run.proc.kill()
+            run.proc.wait(timeout=30)
+            run_sparkpair(modelopt.inventory, "unlock")
+    return modelopt, ended.code, ended.err
 
 
 @pytest.fixture(scope="module")

@@ -106,7 +106,7 @@ def test_a_failed_write_keeps_the_measured_results_on_stdout(example_inventory_p
 class NoConnect:
     """A pair that is never used: bench's node-facing steps are replaced in the test."""
 
-    def connect(self) -> None:
+    def connect(self, *, changing: bool = False) -> None:
         pass
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -29,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SIM = read_inventory(ROOT / "tests" / "fixtures" / "inventory" / "sim.yaml")
 PROFILE = "qwen3-235b"
 GIB_KB = 1024 * 1024
+CMA_KHO = (ROOT / "tests" / "fixtures" / "memory" / "meminfo-cma__dspark259.txt").read_text()
 REVISION = "3c1f" * 10
 BLOB = "9f86" * 10
 CACHE = SIM.container.hf_cache
@@ -69,6 +69,7 @@ def node_facts(inventory: Inventory, name: str) -> NodeFacts:
         host.DGX_RELEASE: DgxRelease("DGX Spark", "NVIDIA DGX Spark", "7.5.0", "7.2.3", "DGX Server for KVM", ("7.5.0",)),
         host.GPUS: [Gpu(0, "NVIDIA GB10", "580.95.05", None)],
         host.MEMINFO: {"MemAvailable": 120 * GIB_KB, "MemFree": 110 * GIB_KB},
+        host.KERNEL: "6.17.0-1021-nvidia",   # a real Spark's (shared/reference/realworld/outputs/uname-a__1.txt)
         host.LISTENERS: [Listener("0.0.0.0", 22, "sshd (pid 1)")],
         net.INTERFACES: {twin: Interface(twin, mac(name, twin), mtu, True, True,
                                        (Address(str(address.ip), address.network.prefixlen, "inet", False),))
@@ -141,7 +142,7 @@ def test_a_healthy_pair_is_all_ok_and_every_check_reports() -> None:
         "links.persistent", "links.rdma", "links.roce", "links.mtu-match", "links.crossed", "path.ping", "path.mtu", "trust.ssh",
         "docker.group", "docker.daemon", "docker.nvidia-runtime", "docker.image", "docker.image-match",
         "docker.container", "ports.serving", "models.present", "models.writable", "models.disk", "models.match",
-        "models.token", "models.hub", "memory.available", "clock.skew"}
+        "models.token", "models.hub", "memory.available", "known.catalog", "clock.skew"}
 
 
 def set_fact(node: str, key: Probe[Any], value: object) -> Callable[[Facts], None]:
@@ -287,6 +288,21 @@ BROKEN = [
      "spark-b", "FAIL", ["needs 8.0 GiB"]),
     (set_fact("spark-b", host.MEMINFO, {"MemAvailable": 100 * GIB_KB, "MemFree": 6 * GIB_KB}), "memory.available",
      "spark-b", "WARN", ["drop_caches"]),
+    # the known-bad catalog's entries, each on a real sample of the fact it reads (tests/unit/test_known_bad.py)
+    (both(set_fact("spark-b", host.KERNEL, "7.0.0-1019-nvidia"), set_fact("spark-b", host.MEMINFO, {
+        "MemAvailable": 100 * GIB_KB, "MemFree": 100 * GIB_KB, **host.parse_meminfo(CMA_KHO)})),
+     "known.kernel-kho-cma", "spark-b", "FAIL", ["CmaFree 940604 kB > CmaTotal 0 kB", "kho=off", "NV-Kernels/pull/591"]),
+    (set_fact("spark-b", host.KERNEL, "6.17.0-1008-nvidia"), "known.kernel-6-17-0-1008-panic", "spark-b", "WARN",
+     ["DOE mailbox", "full-upgrade"]),
+    (set_fact("spark-b", docker.image_config(SIM.container.image), docker.ImageConfig(
+        "sha256:" + "41" * 32, (), {"NCCL_VERSION": "2.30.4-1"}, {})), "known.nccl-2-30-4-nvls-hang", "spark-b",
+     "WARN", ["nccl 2.30.4-1 and NCCL_NVLS_ENABLE not set", "NCCL_NVLS_ENABLE=0"]),
+    (set_fact("spark-b", docker.image_config(SIM.container.image), docker.ImageConfig(
+        "sha256:" + "41" * 32, (), {"NCCL_VERSION": "2.16.2-1"}, {})), "known.nccl-before-2-28-9", "spark-b", "WARN",
+     ["nccl 2.16.2-1", "2.28.9 or later"]),
+    (lambda f: setattr(f, "inventory", dataclasses.replace(f.inventory, container=dataclasses.replace(
+        f.inventory.container, image="nvcr.io/nvidia/vllm:25.12-py3"))), "known.vllm-image-25-12", "spark-a", "WARN",
+     ["vLLM 0.11.1", "nvcr.io/nvidia/vllm:26.05-py3"]),
     (skew(5), "clock.skew", "pair", "WARN", ["5.00 s", "timedatectl"]),
     (skew(60), "clock.skew", "pair", "FAIL", ["Root CA"]),
 ]
@@ -444,8 +460,9 @@ DEEP_BROKEN = [
                                          "messages": 24})}, "deep.bandwidth", "WARN", "80000.0 µs"),
     ({"stages": without("bandwidth", "done"), "timed_out": True}, "deep.bandwidth", "WARN", "did not finish"),
     ({"nccl_skip": "", "nccl": NCCL_OUT.format("23.512")}, "deep.nccl", "OK", "23.512 GB/s"),
-    ({"nccl_skip": "", "nccl": NCCL_OUT.format("16.5")}, "deep.nccl", "WARN", "below a healthy pair"),
-    ({"nccl_skip": "", "nccl": NCCL_OUT.format("11.2")}, "deep.nccl", "FAIL", "far below a healthy pair"),
+    ({"nccl_skip": "", "nccl": NCCL_OUT.format("23.512")}, "deep.bandwidth", "OK", "all_gather bus bandwidth 23.512"),
+    ({"nccl_skip": "", "nccl": NCCL_OUT.format("16.5")}, "deep.bandwidth", "WARN", "below the cabling"),
+    ({"nccl_skip": "", "nccl": NCCL_OUT.format("11.2")}, "deep.bandwidth", "FAIL", "far below the cabling"),
     ({"nccl_skip": "", "nccl": "NCCL error: unhandled system error\n"}, "deep.nccl", "FAIL", "unhandled system error"),
 ]
 
@@ -506,8 +523,8 @@ def test_the_engine_counts_as_running_only_where_its_container_runs() -> None:
     assert mpijobs.engine_nodes(facts) == ["spark-a"]
 
 
+@pytest.mark.usefixtures("needs_mpi")
 def test_the_probe_program_reports_every_stage_from_two_local_ranks(tmp_path: Path) -> None:
-    assert shutil.which("mpirun"), "OpenMPI's mpirun is missing: scripts/setup installs it"
     (tmp_path / "token").write_text("hf_local\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
     env["HF_TOKEN_PATH"] = str(tmp_path / "token")

@@ -286,6 +286,8 @@ def test_raw_yaml_with_shell_text_everywhere_is_refused_cleanly(offline: Path) -
     (["logs", "--tail", "-5"], "is not in the range"),
     (["render", "--out", "/dev/null/inside"], "cannot write /dev/null/inside"),
     (["launch", "no;such$(profile)"], "no profile 'no;such$(profile)'"),
+    (["doctor", "--only", "links;$(id)", "--timeout", "1"], "no check or group 'links;$(id)'"),
+    (["logs", "--node", "`id`", "--tail", "100000"], "no node '`id`' in the inventory"),
 ])
 def test_bad_values_are_usage_errors(offline: Path, argv: list[str], expected: str) -> None:
     code, out, err = run_cli(["-i", "inventory.yaml", *argv])
@@ -296,9 +298,9 @@ def test_bad_values_are_usage_errors(offline: Path, argv: list[str], expected: s
 @pytest.mark.parametrize("argv", [
     ["launch", "--model-source", "local:/srv/x y/$(touch /tmp/sparkpair-canary)"],
     ["launch", "gpt-oss-120b", "--node", "spark-b"],
-    ["doctor", "--only", "links;$(id)", "--timeout", "1"],
+    ["doctor", "--only", "links,path.mtu", "--timeout", "1"],
     ["setup-network", "--restore"],
-    ["logs", "--node", "`id`", "--tail", "100000"],
+    ["logs", "--node", "spark-b", "--tail", "100000"],
 ])
 def test_valid_values_reach_the_pair_and_nothing_else(offline: Path, argv: list[str]) -> None:
     """Unusual but valid values pass parsing; with no pair they stop at connecting (exit 1)."""

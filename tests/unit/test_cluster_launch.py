@@ -47,6 +47,47 @@ def pairs(argv: list[str]) -> dict[str, str]:
 
 # --- the profile's split -------------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize(("data", "split"), [(ring_data(), (1, 3)), (switch_data(4), (4, 1)), (switch_data(3), (1, 3))])
+def test_a_split_the_inventory_does_not_set_is_chosen_from_the_model_s_heads(data: dict[str, Any],
+                                                                              split: tuple[int, int]) -> None:
+    """The largest tensor-parallel size dividing the node count and Qwen3-235B's 64 attention and 4 KV heads,
+    pipeline stages for the rest; on either runtime."""
+    inventory = cluster(data)
+    for runtime in ("trtllm", "vllm"):
+        profile = inventory.profile("qwen3-235b", runtime)
+        assert (profile.tp_size, profile.pp_size) == split
+        assert rank_nodes(inventory, profile) == [node["name"] for node in data["nodes"]]
+    argv = recipe.mpirun_argv(inventory, inventory.profile("qwen3-235b"))
+    assert argv[:3] == ["mpirun", "-np", str(len(data["nodes"]))] and pairs(argv)["--tp_size"] == str(split[0])
+
+
+def test_an_explicit_split_is_kept_and_said_so() -> None:
+    from sparkpair.inventory.profiles import split_note
+
+    chosen = cluster(ring_data())
+    note = split_note(chosen.profile("qwen3-235b"), chosen.models, 3)
+    assert note == ("tp_size 1 x pp_size 3: chosen for 3 nodes from the model's 64 attention heads, 4 KV heads (set "
+                    "models.qwen3-235b.tp_size and pp_size to choose another)")
+    kept = cluster(switch_data(4), {"qwen3-235b": {"tp_size": 2, "pp_size": 2}})
+    profile = kept.profile("qwen3-235b")
+    assert (profile.tp_size, profile.pp_size) == (2, 2)
+    assert split_note(profile, kept.models, 4) == "tp_size 2 x pp_size 2: as models.qwen3-235b sets it"
+
+
+def test_the_example_s_ring_and_switch_blocks_launch_as_they_stand(tmp_path: Path) -> None:
+    """The commented blocks of inventory.example.yaml, uncommented as they are: render (offline) writes a launch
+    for the split chosen, and says which it is."""
+    from test_topology import _uncommented
+
+    for marker, end, split in (("# topology: ring", "#\n# Four Sparks", "--tp_size 1 --pp_size 3"),
+                               ("# topology: switch", "container:", "--tp_size 4")):
+        path = tmp_path / "inventory.yaml"
+        path.write_text(yaml.safe_dump(_uncommented(marker, end)))
+        out = tmp_path / marker.split()[-1]
+        assert main(["-i", str(path), "render", "--out", str(out)]) == 0
+        assert split in (out / "qwen3-235b" / "launch.sh").read_text()
+        assert main(["-i", str(path), "render", "--runtime", "vllm", "--out", str(out / "vllm-run")]) == 0
+
 def test_tensor_parallel_four_on_a_switch_of_four_is_one_mpirun_of_four_ranks() -> None:
     inventory = cluster(switch_data(4), TENSOR_OF_FOUR)
     profile = inventory.profile("qwen3-235b")
@@ -66,8 +107,8 @@ def test_a_ring_of_three_runs_a_pipeline_of_three_on_tensorrt_llm() -> None:
 
 
 @pytest.mark.parametrize(("data", "models", "needle"), [
-    (ring_data(), None, "models.qwen3-235b: tp_size 2 x pp_size 1 is 2 ranks, but the inventory has 3 nodes "
-                        "(one rank per Spark); set tp_size: 1 and pp_size: 3 under models.qwen3-235b"),
+    (ring_data(), {"qwen3-235b": {"tp_size": 2}}, "models.qwen3-235b: tp_size 2 x pp_size 1 is 2 ranks, but the "
+                  "inventory has 3 nodes (one rank per Spark); set tp_size: 1 and pp_size: 3 under models.qwen3-235b"),
     (switch_data(4), {"qwen3-235b": {"tp_size": 1, "pp_size": 3}}, "set tp_size: 4 and pp_size: 1 under models.qwen3-235b"),
     (switch_data(4), {"qwen3-235b": {"tp_size": 4, "kv_heads": 6}},
      "models.qwen3-235b.tp_size: got 4, which neither divides nor is a multiple of the model's 6 KV heads (kv_heads)"),
@@ -175,6 +216,10 @@ def test_a_launch_plan_on_a_switch_of_four_writes_every_nodes_config_and_runs_mp
     assert plan.nodes == ["spark-a", "spark-b", "spark-c", "spark-d"] and plan.preflight == []
     assert plan.containers == dict.fromkeys(plan.nodes, "none")
     assert plan.serve.startswith("mpirun -np 4 ") and "--tp_size 4" in plan.serve
+    assert plan.split == "tp_size 4 x pp_size 1: as models.qwen3-235b sets it"
+    chosen = cluster(switch_data(4))
+    shown = launch.plan_launch(fake_pair(*scripted(chosen)), chosen, launch.LaunchOptions(profile="qwen3-235b"))
+    assert shown.split.startswith("tp_size 4 x pp_size 1: chosen for 4 nodes") and shown.serve == plan.serve
     hostfile = f"create {paths.CONFIG_DIR}/openmpi-hostfile"
     assert {change.node for change in plan.changes if change.summary == hostfile} == set(plan.nodes)
 
@@ -201,6 +246,9 @@ def test_launch_status_logs_stop_and_bundle_reach_every_node_of_a_ring(
 ])
 def test_what_a_ring_cannot_launch_is_refused_in_one_line_before_any_node_is_asked(
         ring_file: Path, command: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """An explicit split that does not fit the ring is kept as given, and refused."""
+    data = yaml.safe_load(ring_file.read_text())
+    ring_file.write_text(yaml.safe_dump({**data, "models": {"qwen3-235b": {"tp_size": 2}}}))
     out_dir = ring_file.parent / "rendered"
     assert main(["-i", str(ring_file), *[str(out_dir) if word == "rendered" else word for word in command]]) == 2
     err = capsys.readouterr().err
@@ -233,8 +281,12 @@ def test_inventory_check_of_a_ring_names_every_node_and_each_profile_it_cannot_l
         ring_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["-i", str(ring_file), "inventory", "check"]) == 0
     out, err = capsys.readouterr()
-    assert "(spark-a (head), spark-b, spark-c;" in out
-    assert "warning: profile qwen3-235b (trtllm): not launchable here: models.qwen3-235b: tp_size 2" in err
+    assert "(spark-a (head), spark-b, spark-c;" in out and "qwen3-235b" not in err   # its split is chosen
+    data = yaml.safe_load(ring_file.read_text())
+    ring_file.write_text(yaml.safe_dump({**data, "models": {"qwen3-235b": {"tp_size": 2}}}))
+    assert main(["-i", str(ring_file), "inventory", "check"]) == 0
+    assert "warning: profile qwen3-235b (trtllm): not launchable here: models.qwen3-235b: tp_size 2" in \
+        capsys.readouterr().err
 
 
 def test_a_pair_listing_its_twins_in_another_order_keeps_each_nodes_first_twin_as_always() -> None:

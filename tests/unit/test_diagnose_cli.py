@@ -64,8 +64,13 @@ def test_standard_input(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> Non
     assert code == 1 and "image.platform" in out
 
 
-def test_empty_standard_input_is_no_failure(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert run(["diagnose"], b"", monkeypatch)[0] == 0
+@pytest.mark.parametrize("data", [b"", b"\n" * 1000, b"  \r\n\t\n"])
+def test_empty_input_is_one_line_and_exit_2(data: bytes, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    code, out, err = run(["diagnose"], data, monkeypatch)
+    assert code == 2 and out == "" and err == "error: standard input: empty; give the log of a start\n"
+    path = tmp_path / "empty.log"
+    path.write_bytes(data)
+    assert run(["diagnose", str(path)])[0] == 2
 
 
 @pytest.mark.parametrize("name, words", [
@@ -119,8 +124,12 @@ def test_any_input_ends_cleanly_without_a_traceback(tmp_path: Path, data: bytes,
     path = tmp_path / "input.log"
     path.write_bytes(data + tail)
     code, out, err = run(["diagnose", *(["--json"] if as_json else []), str(path)])
-    assert code in (0, 1) and "Traceback" not in out + err and err == ""
-    if as_json:
+    assert code in (0, 1, 2) and "Traceback" not in out + err
+    if code == 2:  # empty or binary: one line naming the file
+        assert out == "" and err.count("\n") == 1 and err.startswith(f"error: {path}: ")
+    else:
+        assert err == ""
+    if as_json and code != 2:
         assert isinstance(json.loads(out)["findings"], list)
 
 
@@ -144,8 +153,8 @@ def _classified_sizes(monkeypatch: pytest.MonkeyPatch, keep: int) -> list[int]:
 
     monkeypatch.setattr(diagnose_cli, "KEEP_BYTES", keep)
     sizes: list[int] = []
-    classify = diagnose.classify
-    monkeypatch.setattr(diagnose, "classify", lambda text: sizes.append(len(text)) or classify(text))
+    examine = diagnose.examine
+    monkeypatch.setattr(diagnose, "examine", lambda text: sizes.append(len(text)) or examine(text))
     return sizes
 
 
@@ -164,4 +173,4 @@ def test_standard_input_without_a_byte_buffer_is_read_to_its_tail_only(monkeypat
     sizes = _classified_sizes(monkeypatch, 1000)
     monkeypatch.setattr(sys, "stdin", io.StringIO("x" * 50_000 + "\nHost key verification failed.\n"))
     code, out, _ = run(["diagnose"])
-    assert code == 1 and "mpi.ssh" in out and sizes == [1000]
+    assert code == 1 and "mpi.ssh" in out and len(sizes) == 1 and sizes[0] <= 1000

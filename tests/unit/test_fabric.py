@@ -223,11 +223,11 @@ def test_the_real_healthy_pair_passes_as_ib_roce_on_both_twins() -> None:
     assert "avg bus bandwidth 21.4033 GB/s" in finding.detail
 
 
-def test_the_real_run_after_recabling_without_a_reboot_fails_far_below() -> None:
+def test_the_real_run_after_recabling_without_a_reboot_shows_its_figure_for_deep_bandwidth() -> None:
+    """The figure is deep.bandwidth's to judge (tests/unit/test_bandwidth.py: far below, reboot both Sparks)."""
     text = sample("all_gather_perf__2.txt")
     finding = deep.judge_nccl(parse_nccl_run(text), EXPECTED, REAL_HOSTS, text)
-    assert finding.status is Status.FAIL and "far below a healthy pair" in finding.detail and "2.82151" in finding.detail
-    assert "reboot both Sparks" in finding.fix and "links.roce" in finding.fix
+    assert "avg bus bandwidth 2.82151 GB/s" in finding.detail and "deep.bandwidth judges it" in finding.detail
 
 
 @pytest.mark.parametrize("name, words", [
@@ -268,15 +268,14 @@ def test_deep_nccl_judges_what_the_job_printed_against_each_nodes_twins() -> Non
     assert finding.status is Status.OK and "spark-b IB rocep1s0f1+roceP2p1s0f1" in finding.detail
 
 
+@pytest.mark.usefixtures("needs_mpi")
 def test_the_simulated_pairs_all_gather_perf_prints_nccl_tests_format_and_fails_as_sockets(tmp_path: Path) -> None:
     """The testbed image's all_gather_perf, run here by OpenMPI over loopback, prints what sparkpair parses: the
     real table format, a measured bandwidth, and NCCL's lines saying sockets."""
     import os
-    import shutil
     import subprocess
     import sys
 
-    assert shutil.which("mpirun"), "OpenMPI's mpirun is missing: scripts/setup installs it"
     standin = Path(__file__).resolve().parents[1] / "testbed" / "sparkpair_testbed" / "image" / "nccl-tests" / \
         "all_gather_perf"
     (tmp_path / "nvidia-smi").write_text("#!/bin/sh\necho 'NVIDIA GB10, 0000000F:01:00.0'\n")

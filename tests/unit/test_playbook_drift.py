@@ -57,7 +57,8 @@ def test_the_example_inventory_shows_each_departure_with_its_reason() -> None:
     assert [f for f in findings if f.status in (Status.WARN, Status.FAIL)] == []
     explained = departures(findings, Status.INFO)
     assert set(explained) == {"env.OMPI_MCA_oob_tcp_if_include", "env.OMPI_MCA_orte_default_hostfile",
-                              "config.enable_iter_perf_stats", "config.return_perf_metrics", "addressing.mtu"}
+                              "config.enable_iter_perf_stats", "config.return_perf_metrics", "addressing.mtu",
+                              "env.NCCL_IB_MERGE_NICS"}
     for key, finding in explained.items():
         why = reasons_of("network" if key.startswith("addressing.") else "trtllm")[key]
         assert finding.detail.endswith(f"Why (docs/profiles.md): {why}"), finding
@@ -72,7 +73,7 @@ def test_the_example_on_vllm_shows_its_departures_with_their_reasons() -> None:
     assert [f for f in findings if f.status is Status.WARN] == []
     explained = departures(findings, Status.INFO)
     assert {"flags.distributed-executor-backend", "flags.port", "env.NCCL_SOCKET_IFNAME", "env.MASTER_ADDR",
-            "model.target", "model.draft", "flags.max-model-len"} <= set(explained)
+            "env.NCCL_IB_MERGE_NICS", "model.target", "model.draft", "flags.max-model-len"} <= set(explained)
     assert "mp here; ray in nvidia/vllm/README.md" in explained["flags.distributed-executor-backend"].detail
 
 
@@ -204,7 +205,7 @@ def test_info_rows_are_shown_and_counted(capsys: pytest.CaptureFixture[str]) -> 
     report.findings(drift(inventory()), 0.5)
     out = capsys.readouterr().out
     assert "INFO" in out and "config.return_perf_metrics" in out
-    assert out.rstrip().endswith("0 FAIL, 0 WARN, 2 OK, 0 SKIP, 5 INFO in 0.5 s")
+    assert out.rstrip().endswith("0 FAIL, 0 WARN, 2 OK, 0 SKIP, 6 INFO in 0.5 s")
 
 
 def test_a_node_with_one_twin_is_told_to_give_it_both() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -45,9 +46,11 @@ def test_netplan_files_are_private(example_inventory_path: Path) -> None:
 @pytest.mark.parametrize("inventory_path", ["example", "other-port"])
 def test_rendered_netplan_passes_real_netplan_generate(inventory_path: str, example_inventory_path: Path,
                                                       tmp_path: Path) -> None:
-    netplan = shutil.which("netplan")
-    if netplan is None:
-        pytest.fail("netplan is not installed: scripts/test installs netplan.io")
+    netplan = shutil.which("netplan", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+    if netplan is None:   # a user's PATH on Debian has no sbin; a machine without netplan.io skips, saying so
+        if os.environ.get("SPARKPAIR_REQUIRE_TOOLS"):   # scripts/test: never skipped there
+            pytest.fail("netplan is not installed: scripts/setup installs netplan.io")
+        pytest.skip("needs netplan (Debian/Ubuntu: netplan.io); scripts/setup installs it")
     inv = read_inventory(example_inventory_path if inventory_path == "example" else OTHER_PORT)
     for node in inv.nodes:
         root = tmp_path / node.name

@@ -63,10 +63,18 @@ def runbook_sections() -> set[str]:
     return {match for match in re.findall(r"^### (\S+)\s*$", RUNBOOK, re.MULTILINE) if ID.fullmatch(match)}
 
 
+def test_doctor_s_list_of_ids_for_only_is_the_ids_the_checks_emit() -> None:
+    from sparkpair.cli.options import CATALOG_ENTRY_PREFIX, CHECK_IDS
+
+    entries = {check for check in check_ids() if check.startswith(CATALOG_ENTRY_PREFIX)} - {"known.catalog"}
+    assert entries, "the built-in catalog's entries are check ids too (--only accepts any known.<entry>)"
+    assert len(CHECK_IDS) == len(set(CHECK_IDS)) and set(CHECK_IDS) == check_ids() - entries
+
+
 def test_ids_come_from_the_code() -> None:
     ids = check_ids()
     assert {"inventory.twin-subnets", "links.crossed", "deep.nccl", "ports.serving"} <= ids
-    assert len(ids) > 30 and len(CAUSE_IDS) == 21
+    assert len(ids) > 30 and len(CAUSE_IDS) == 27
 
 
 def test_every_check_and_cause_id_has_its_runbook_section_and_anchor() -> None:

@@ -88,6 +88,21 @@ def test_each_node_gets_its_own_vllm_host_ip_and_the_cabled_port_for_gloo():
     assert "HF_TOKEN" not in env
 
 
+def test_both_halves_of_the_cabled_port_run_as_one_nic_on_either_engine():
+    """NCCL_IB_MERGE_NICS=1 where a node's twins are the two PCIe halves of one port (98 -> 161 Gb/s with both halves
+    merged: docs/runbooks.md#deep-bandwidth); not where the node's interfaces are two ports (a ring's neighbours)."""
+    inv = inventory()
+    for name in RUNTIME_NAMES:
+        for node in inv.nodes:
+            assert runtime_named(name).container_env(inv, node, None)["NCCL_IB_MERGE_NICS"] == "1", (name, node.name)
+    one = inventory(nodes=[{**node, "links": {"enp1s0f1np1": node["links"]["enp1s0f1np1"]}} for node in NODES])
+    two_ports = inventory(nodes=[{**node, "links": {"enp1s0f1np1": node["links"]["enp1s0f1np1"],
+                                                    "enp1s0f0np0": node["links"]["enP2p1s0f1np1"]}} for node in NODES])
+    for other in (one, two_ports):
+        for name in RUNTIME_NAMES:
+            assert "NCCL_IB_MERGE_NICS" not in runtime_named(name).container_env(other, other.head, None)
+
+
 def test_the_shipped_profiles_pass_vllms_own_definitions():
     inv = inventory()
     for name in ("qwen3-235b", "gpt-oss-120b"):

@@ -109,8 +109,8 @@ def test_readiness_and_status_ask_its_own_paths_and_read_its_own_answers(third: 
     head.http_replies = {(8355, "GET", "/v2/health/ready"): Reply(200), (8355, "GET", f"{model}/ready"): Reply(200),
                          (8355, "POST", f"{model}/generate"): Reply(200, json.dumps({"text_output": "ready"}).encode())}
     assert readiness.probe_stage(head, 8355, TARGET, api=third.api) == ("ready", "ready")
-    assert lifecycle.served_model_ids(head, 8355, TARGET, api=third.api) == ([TARGET], "")
-    answered, _ = lifecycle.generate_one_token(head, 8355, TARGET, api=third.api)
+    assert readiness.served_model_ids(head, 8355, TARGET, api=third.api) == ([TARGET], "")
+    answered, _ = readiness.generate_one_token(head, 8355, TARGET, api=third.api)
     assert answered
     head.http_replies[(8355, "POST", f"{model}/generate")] = Reply(200, b'{"text_output": 5}')
     stage, detail = readiness.probe_stage(head, 8355, TARGET, api=third.api)
@@ -125,6 +125,7 @@ def test_status_reads_its_metrics_on_their_own_port_without_draft_counters(third
     monkeypatch.setattr(lifecycle.containers, "find", lambda connection, name: SimpleNamespace(status="running",
                                                                                               running=True))
     monkeypatch.setattr(lifecycle, "rank_processes", lambda *args: [SimpleNamespace(stopped=False)])
+    monkeypatch.setattr(lifecycle.memguard, "status", lambda *args: ({}, []))   # no guard stopped anything
     model = "/v2/models/org--third-model"
     nodes = {name: FakeNode(name) for name in ("spark-a", "spark-b")}
     nodes["spark-a"].http_replies = {

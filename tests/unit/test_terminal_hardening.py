@@ -22,12 +22,13 @@ from sparkpair.checks import Finding, Status
 from sparkpair.cli import main
 from sparkpair.engine import bundle
 from sparkpair.engine.bundle import BundleResult
-from sparkpair.engine.diagnose import Diagnosis
+from sparkpair.engine.diagnose import Diagnosis, Examination
 from sparkpair.engine.lifecycle import RankLog
 from sparkpair.engine.lifecycle import Status as EngineStatus
 from sparkpair.lockfile.compare import Difference
 from sparkpair.probes import printable
 from sparkpair.progress import Event
+from sparkpair.report import diagnose as diagnose_report
 from sparkpair.report import lock as lock_report
 
 HOSTILE = "\x1b]0;owned\x07\x1b[2J\x1b[31mFAKE: all checks passed\x9b31m\u202eevil\u200f\u061c\u200e\r\x08"
@@ -57,7 +58,8 @@ OUTPUTS = {
         f"spark-b{HOSTILE}": {"container": HOSTILE, "ranks_alive": False}}, health=HOSTILE, reason=HOSTILE,
         model=HOSTILE)),
     "logs": lambda: report.rank_logs([RankLog(f"spark-b{HOSTILE}", 1, f"{HOSTILE}\n{HOSTILE}")]),
-    "diagnose": lambda: report.diagnoses([Diagnosis(HOSTILE, HOSTILE, HOSTILE, [HOSTILE], HOSTILE)], False),
+    "diagnose": lambda: diagnose_report.examination(Examination([Diagnosis(HOSTILE, HOSTILE, HOSTILE, [HOSTILE], HOSTILE)],
+                                                                 False)),
     "a failed launch's tails and causes": lambda: (report.log_tails({HOSTILE: HOSTILE}),
                                                    report.causes([Diagnosis(HOSTILE, HOSTILE, HOSTILE, [HOSTILE])])),
     "progress": lambda: [report.event(Event(HOSTILE, HOSTILE, level)) for level in ("info", "result", "warning", "error")]

@@ -38,6 +38,7 @@ def main(argv):
         from mn_send import Sender
         Sender(json.loads(sys.stdin.readline())).run()
     else:
-        sys.stderr.write("usage: model_node.py verify JSON | recv | send | watch JSON\n")
+        sys.stderr.write("usage: python3 -S -c PROGRAM verify JSON | recv | send | watch JSON (PROGRAM: sparkpair's "
+                         "model node program, sparkpair/data/modelnode)\n")
         return 2
     return 0

@@ -3,7 +3,7 @@ DGX Sparks on this machine (see docs/testbed.md).
 
     testbed up [--nodes N --topology pair|ring|switch] | down | status | inventory
     testbed exec NODE [--user nvidia] -- CMD...
-    testbed fault NAME [--node NODE] [--port N] [--gib G]
+    testbed fault NAME [--node NODE] [--port N] [--gib G] [--pressure PCT]
     testbed heal [NAME]
     testbed reset --spec FILE.json | --spec-json JSON
     testbed vllm [--wheelhouse-only]
@@ -67,7 +67,9 @@ def parser() -> argparse.ArgumentParser:
     fault.add_argument("name", choices=sorted(FAULTS), metavar="NAME")
     fault.add_argument("--node", choices=NODE_NAMES)
     fault.add_argument("--port", type=int)
-    fault.add_argument("--gib", type=float, help="memory-low: MemAvailable left; disk-low: free space left")
+    fault.add_argument("--gib", type=float, help="memory-low, memory-exhausted: MemAvailable left; disk-low: free "
+                                                 "space left")
+    fault.add_argument("--pressure", type=float, help="memory-exhausted: PSI full avg10 %% of the node's memory")
     heal = sub.add_parser("heal", help="undo all active faults, or those called NAME")
     heal.add_argument("name", nargs="?", choices=sorted(FAULTS), metavar="NAME")
     reset_cmd = sub.add_parser("reset", help="take back on both nodes what the spec lists (containers, files, "
@@ -178,7 +180,7 @@ def dispatch(args) -> int:
         elif args.command == "down":
             lifecycle.down(log)
         elif args.command == "fault":
-            log(faults.inject(args.name, args.node, port=args.port, gib=args.gib))
+            log(faults.inject(args.name, args.node, port=args.port, gib=args.gib, pressure=args.pressure))
         elif args.command == "heal":
             healed = faults.heal(args.name)
             log(f"healed: {', '.join(healed)}" if healed else "no active fault to heal")

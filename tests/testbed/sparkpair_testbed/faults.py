@@ -1,6 +1,6 @@
 """Fault injection: the registry of faults, and recording which are active.
 
-`scripts/testbed fault NAME [--node N] [--port P] [--gib G]` applies one and records it
+`scripts/testbed fault NAME [--node N] [--port P] [--gib G] [--pressure PCT]` applies one and records it
 in /var/lib/sparkpair-testbed/faults.json with what is needed to undo it;
 `heal [NAME]` undoes all active faults (or those called NAME), newest first.
 """
@@ -73,6 +73,9 @@ FAULTS = {fault.name: fault for fault in (
           "file would)", strand.strand_apply, strand.strand_heal),
     Fault("memory-low", "the node's unified memory is taken: MemAvailable --gib GiB (default 40)",
           gb10.memory_low_apply, gb10.memory_low_heal),
+    Fault("memory-exhausted", "a process takes the node's memory while the engine serves: MemAvailable --gib GiB "
+          "(default 2.8), memory pressure full avg10 --pressure % (default 41)",
+          gb10.memory_exhausted_apply, gb10.memory_exhausted_heal),
     Fault("disk-low", "the node's disk is nearly full: at most --gib GiB (default 40) free",
           gb10.disk_low_apply, gb10.disk_low_heal),
     Fault("stall-at-nccl", "NCCL's socket handshakes to and from the node are dropped (ranks wait in NCCL init)",

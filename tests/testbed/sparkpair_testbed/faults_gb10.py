@@ -2,7 +2,10 @@
 
 memory-low: a process has taken the node's memory: its /proc/meminfo (a bind mount of NODE_DIR/meminfo,
 rewritten in place) shows MemAvailable of --gib GiB (default 40), MemFree and the anonymous-memory
-counters moved by as much. disk-low: the node's Spark NVMe is nearly full: the df stand-in shows at
+counters moved by as much. memory-exhausted: the same while the engine serves, down to --gib GiB (default
+2.8), and the node's /proc/pressure/memory (a bind mount of NODE_DIR/pressure-memory) shows every task
+stalled on memory --pressure % of the time (default 41): the figures a Spark shows before its unified
+memory runs out. disk-low: the node's Spark NVMe is nearly full: the df stand-in shows at
 most --gib GiB (default 40) free on it. Both are what the node's own tools show (`free`, `df`), never
 a flag sparkpair reads.
 """
@@ -15,6 +18,8 @@ from .hostexec import CommandError, node_run
 from .layout import Node
 
 DEFAULT_GIB = 40
+EXHAUSTED_GIB = 2.8      # memory-exhausted: MemAvailable left
+EXHAUSTED_PRESSURE = 41  # memory-exhausted: PSI full avg10, %
 
 
 def gib_option(options) -> float:
@@ -44,6 +49,34 @@ def memory_low_heal(node: Node, data, others) -> None:
     with open(node.dir / "meminfo", "r+") as handle:
         handle.write(data["meminfo"])
         handle.truncate()
+
+
+def _rewrite(path, text: str) -> None:
+    with open(path, "r+") as handle:  # the same inode: the bind mount shows it at once
+        handle.write(text)
+        handle.truncate()
+
+
+def memory_exhausted_apply(node: Node, options) -> dict:
+    """MemAvailable --gib GiB (default 2.8) and PSI full avg10 --pressure % (default 41) on the node, at once."""
+    meminfo, pressure = node.dir / "meminfo", node.dir / "pressure-memory"
+    before = {"meminfo": meminfo.read_text(), "pressure": pressure.read_text()}
+    try:
+        after = gb10.with_memory_taken(before["meminfo"], float(options.get("gib") or EXHAUSTED_GIB))
+    except ValueError as exc:
+        raise CommandError(f"{node.name}: {exc}") from exc
+    full = float(options.get("pressure") or EXHAUSTED_PRESSURE)
+    if not 0 <= full <= 100:
+        raise CommandError(f"--pressure must be a percentage, not {full:g}")
+    _rewrite(pressure, gb10.with_pressure(before["pressure"], full))
+    _rewrite(meminfo, after)
+    return before
+
+
+def memory_exhausted_heal(node: Node, data, others) -> None:
+    """The node's memory and pressure as they were."""
+    _rewrite(node.dir / "meminfo", data["meminfo"])
+    _rewrite(node.dir / "pressure-memory", data["pressure"])
 
 
 def disk_low_apply(node: Node, options) -> dict:

@@ -16,6 +16,12 @@ SReclaimable = buff/cache, SwapTotal and SwapFree. How buff/cache splits, and ev
 does not print, are hand-made values consistent with that state (arm64: CmaTotal/CmaFree, no
 DirectMap lines); the field names and order are those of a 6.x arm64 kernel.
 
+Memory pressure. The node's /proc/pressure/memory (the kernel's PSI) is a bind mount of
+NODE_DIR/pressure-memory in the same way, where the host's kernel has PSI. PRESSURE is a real idle
+machine's `cat /proc/pressure/memory` (simplified.guide, "Check memory pressure in Linux", fetched
+for this project): nothing stalled. `with_pressure` writes what a node under pressure shows; its
+figures are hand-made, in the kernel's format (`%lu.%02lu` percentages, `total=` microseconds).
+
 Disk. A real Spark keeps everything on one ext4 partition, `/dev/nvme0n1p2 3.7T ... /` in `df -h`.
 The node's files live on this machine's disk, which is far smaller, so the `df` stand-in
 (standins/df) shows the node's root filesystem as that partition: DISK_BYTES big, with this
@@ -103,6 +109,22 @@ def render_meminfo(values) -> str:
 
 
 MEMINFO = render_meminfo(MEMINFO_KB)
+
+
+PRESSURE = ("some avg10=0.00 avg60=0.00 avg300=0.00 total=1451483\n"
+            "full avg10=0.00 avg60=0.00 avg300=0.00 total=1445159\n")
+
+
+def with_pressure(text: str, full_pct: float) -> str:
+    """TEXT (a /proc/pressure/memory) after every task stalled on memory FULL_PCT % of the last 10 s (and some
+    task a little more): the avg10 columns move, the longer averages lag behind, the totals grow."""
+    totals = [int(m.group(1)) for m in re.finditer(r"total=(\d+)", text)] or [0, 0]
+    some_pct = min(100.0, full_pct * 1.5)
+    lines = []
+    for kind, pct, total in (("some", some_pct, totals[0]), ("full", full_pct, totals[-1])):
+        lines.append(f"{kind} avg10={pct:.2f} avg60={pct / 3:.2f} avg300={pct / 12:.2f} "
+                     f"total={total + int(pct * 100_000)}")
+    return "\n".join(lines) + "\n"
 
 
 # The fields that hold memory taken by a process (anonymous memory) besides MemFree/MemAvailable.

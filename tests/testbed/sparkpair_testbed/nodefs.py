@@ -12,6 +12,7 @@ The holder (holder.py) mounts them inside the node's mount namespace:
     gpu0.json       copied into the node's /run: the GPU "device"
     disk.json       copied into the node's /run: the Spark NVMe the df stand-in shows (gb10.py)
     meminfo         bind-mounted over the node's /proc/meminfo: a GB10's unified memory (gb10.py)
+    pressure-memory bind-mounted over the node's /proc/pressure/memory (where the host has PSI): no pressure
 """
 from __future__ import annotations
 
@@ -198,14 +199,19 @@ def prepare(node: Node, operator_pub: str) -> None:
     write(node.dir / "gpu0.json", json.dumps(gpu_facts(node), indent=2) + "\n")
     write(node.dir / "disk.json", gb10.disk_state())
     write(node.dir / "meminfo", gb10.MEMINFO)  # kept while a memory-low fault holds it (heal restores)
+    write(node.dir / "pressure-memory", gb10.PRESSURE)  # likewise for memory-exhausted
 
 
 def mount_node_facts(node: Node) -> None:
-    """In the running NODE: its /proc/meminfo shows NODE_DIR/meminfo (a bind mount, so a fault that
-    rewrites the file in place shows at once), and its /run holds disk.json. Idempotent: `up` runs it
-    for nodes started before and after."""
+    """In the running NODE: its /proc/meminfo shows NODE_DIR/meminfo and its /proc/pressure/memory
+    NODE_DIR/pressure-memory (bind mounts, so a fault that rewrites a file in place shows at once; the
+    pressure only where the host's kernel has PSI), and its /run holds disk.json. Idempotent: `up` runs
+    it for nodes started before and after."""
     node_sh(node, f"""set -e
 findmnt -n /proc/meminfo >/dev/null || mount --bind {node.dir / 'meminfo'} /proc/meminfo
+if [ -e /proc/pressure/memory ] && ! findmnt -n /proc/pressure/memory >/dev/null; then
+    mount --bind {node.dir / 'pressure-memory'} /proc/pressure/memory
+fi
 [ -e {gb10.DISK_STATE} ] || install -m 644 {node.dir / 'disk.json'} {gb10.DISK_STATE}
 """)
 

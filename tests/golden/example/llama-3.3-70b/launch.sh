@@ -1,35 +1,42 @@
 #!/usr/bin/env bash
-# `sparkpair launch llama-3.3-70b` as shell commands: a runbook generated from inventory.example.yaml.
+# `sparkpair launch llama-3.3-70b --runtime trtllm` as shell commands: a runbook generated from inventory.example.yaml.
 # Llama-3.3-70B NVFP4 with Llama-3.1-8B NVFP4 as draft on one Spark (Draft-Target)
-# Each step names the node it runs on. sparkpair runs the same commands over SSH, `docker run` with
-# exactly the settings shown here.
+# Each step names the node it runs on; run it there as the inventory's user. sparkpair runs the same
+# commands over SSH, `docker run` with exactly the settings shown here.
 # Secrets: no token is ever written here. sparkpair copies the HF token to
 # ~/.sparkpair/secrets/hf_token (mode 0600) on each node; the container reads it read-only through
 # HF_TOKEN_PATH=/sparkpair/secrets/hf_token, so it never appears in argv, `ps` or `docker inspect`.
 set -euo pipefail
 
 # 1. Preflight: the launch-critical checks  [on this machine]
-sparkpair doctor
+sparkpair doctor llama-3.3-70b --runtime trtllm
 
-# 2. Files: rendered config in ~/.sparkpair/config, token in ~/.sparkpair/secrets (0600)  [on spark-a]
-# ~/.sparkpair/config/container.env
-# ~/.sparkpair/config/extra-llm-api-config.yml
+# 2. Files: the rendered config in ~/.sparkpair/config, the HF token in ~/.sparkpair/secrets (0600)  [on spark-a]
+mkdir -p ~/.sparkpair/config ~/.sparkpair/secrets && chmod 700 ~/.sparkpair/secrets
+# then copy, from the folder `sparkpair render` wrote (a node's own copy under its name when there is one):
+#   ~/.sparkpair/config/container.env
+#   ~/.sparkpair/config/extra-llm-api-config.yml
 
 # 3. Engine container  [on spark-a]
 docker run -d --name trtllm-multinode --network host --ipc host --ulimit=memlock=-1 --ulimit=stack=67108864 --gpus all --device /dev/infiniband:/dev/infiniband --label sparkpair.cluster=spark-pair --label sparkpair.node=spark-a --env-file "$HOME/.sparkpair/config/container.env" -v "$HOME/.sparkpair/config:/sparkpair/config:ro" -v "$HOME/.sparkpair/secrets:/sparkpair/secrets:ro" -v "$HOME/.ssh:/sparkpair/ssh:ro" -v "$HOME/.cache/huggingface:/sparkpair/hf:rw" nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12 sleep infinity
 
-# 4. Models into the HF cache, verified by manifest  [on spark-a]
-docker exec -u "$(id -u):$(id -g)" trtllm-multinode hf download nvidia/Llama-3.3-70B-Instruct-FP4
-docker exec -u "$(id -u):$(id -g)" trtllm-multinode hf download nvidia/Llama-3.1-8B-Instruct-FP4
-# stable draft path: /sparkpair/hf/sparkpair-models/nvidia--Llama-3.1-8B-Instruct-FP4 -> ../hub/models--nvidia--Llama-3.1-8B-Instruct-FP4/snapshots/$(cat refs/main)
+# 4. Models into the HF cache (the hub on for the download; the container keeps it off)  [on spark-a]
+docker exec -u "$(id -u):$(id -g)" -e HOME=/tmp -e HF_HUB_OFFLINE=0 trtllm-multinode hf download nvidia/Llama-3.3-70B-Instruct-FP4
+docker exec -u "$(id -u):$(id -g)" -e HOME=/tmp -e HF_HUB_OFFLINE=0 trtllm-multinode hf download nvidia/Llama-3.1-8B-Instruct-FP4
 
-# 5. Serve (detached; rank output in the container)  [on spark-a]
+# 5. Stable model paths: each repo's downloaded snapshot  [on spark-a]
+mkdir -p "$HOME/.cache/huggingface/sparkpair-models"
+ln -sfn "../hub/models--nvidia--Llama-3.3-70B-Instruct-FP4/snapshots/$(cat "$HOME/.cache/huggingface/hub/models--nvidia--Llama-3.3-70B-Instruct-FP4/refs/main")" "$HOME/.cache/huggingface/sparkpair-models/nvidia--Llama-3.3-70B-Instruct-FP4"
+ln -sfn "../hub/models--nvidia--Llama-3.1-8B-Instruct-FP4/snapshots/$(cat "$HOME/.cache/huggingface/hub/models--nvidia--Llama-3.1-8B-Instruct-FP4/refs/main")" "$HOME/.cache/huggingface/sparkpair-models/nvidia--Llama-3.1-8B-Instruct-FP4"
+
+# 6. Serve (detached; rank output in the container)  [on spark-a]
 docker exec -d trtllm-multinode sh -c 'mkdir -p /var/log/sparkpair && exec trtllm-serve nvidia/Llama-3.3-70B-Instruct-FP4 --backend pytorch --max_batch_size 1 --kv_cache_free_gpu_memory_fraction 0.9 --tp_size 1 --extra_llm_api_options /sparkpair/config/extra-llm-api-config.yml --port 8355 --host 0.0.0.0 > /var/log/sparkpair/serve.log 2>&1'
 
-# 6. Readiness: port, /health, /v1/models, one completion  [on spark-a]
-curl -sf http://localhost:8355/health
-curl -s http://localhost:8355/v1/models
-curl -s http://localhost:8355/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "nvidia/Llama-3.3-70B-Instruct-FP4", "messages": [{"role": "user", "content": "Paris is great because"}], "max_tokens": 64}'
+# 7. Readiness: port, /health, /v1/models, one completion  [on spark-a]
+for try in $(seq 360); do curl -sf http://localhost:8355/health >/dev/null && break; sleep 5; done  # up to 30 minutes
+curl -sf -w '\n' http://localhost:8355/health
+curl -sf -w '\n' http://localhost:8355/v1/models
+curl -sf -w '\n' http://localhost:8355/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "nvidia/Llama-3.3-70B-Instruct-FP4", "messages": [{"role": "user", "content": "Paris is great because"}], "max_tokens": 64}'
 
-# 7. Stop  [on spark-a]
+# 8. Stop  [on spark-a]
 docker rm -f trtllm-multinode
