@@ -113,7 +113,11 @@ def _timed_stream(answer: LineSource, sent: float, api: ServingApi = OPENAI) -> 
             tokens = usage_tokens if usage_tokens is not None else chunks
             return RequestTiming(True, ttft_s=first - sent, latency_s=arrived - sent, decode_s=last - first,
                                  output_tokens=tokens, chunks=chunks)
-        usage_tokens = api.stream_tokens(event) or usage_tokens
+        counted = api.stream_tokens(event)
+        if api.token_counts == "delta" and counted is not None:
+            usage_tokens = (usage_tokens or 0) + counted
+        else:
+            usage_tokens = counted or usage_tokens
         if api.stream_text(event):
             first = arrived if first is None else first
             last = arrived

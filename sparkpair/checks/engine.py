@@ -133,13 +133,15 @@ def check_container(facts: Facts) -> Iterable[Finding]:
 
 
 def check_ports(facts: Facts) -> Iterable[Finding]:
-    """Proves the serving port (and the engine's metrics port, when it has its own) is free on the head, and
-    sshd_port on both for the sshd transport."""
+    """Proves the serving port (and the engine's metrics port when it has its own, and any other port it binds:
+    Triton's gRPC) is free on the head, and sshd_port on both for the sshd transport."""
     inventory = facts.inventory
-    metrics = runtime_of(facts.profile).metrics_port(inventory)
+    runtime = runtime_of(facts.profile)
+    metrics = runtime.metrics_port(inventory)
     serving = [("ports.serving", inventory.server.port, "server.port")]
     if metrics != inventory.server.port:
         serving.append(("ports.serving", metrics, f"the metrics port in engines.{facts.profile.runtime}.options"))
+    serving += [("ports.serving", port, setting) for port, setting in runtime.other_ports(inventory).items()]
     wanted = {facts.rank_nodes()[0]: serving}
     if inventory.container.mpi_transport == "sshd":
         for node in inventory.nodes:

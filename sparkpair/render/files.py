@@ -113,13 +113,15 @@ def llm_api_config(inventory: Inventory, profile: Profile) -> RenderedFile:
 
 
 def launch_script(inventory: Inventory, profile: Profile, config_files: list[str], starts: list[recipe.Start],
-                  spec: recipe.ContainerSpec, source: str = "the inventory") -> RenderedFile:
+                  spec: recipe.ContainerSpec, readiness: list[runbook.Probe],
+                  source: str = "the inventory") -> RenderedFile:
     """The runbook of a launch: every command sparkpair runs, node by node (config_files: what launch writes to
-    ~/.sparkpair/config; starts: the runtime's commands that start the engine)."""
+    ~/.sparkpair/config; starts: the runtime's commands that start the engine; readiness: the requests launch
+    sends the server before it says it serves)."""
     profile_name = profile.name
     text = render_template("launch.sh.j2", profile_name=profile_name, profile=profile, inventory_name=source,
                            launch_args=runbook.profile_args(profile),
-                           steps=runbook.launch_steps(inventory, profile, config_files, starts, spec),
+                           steps=runbook.launch_steps(inventory, profile, config_files, starts, spec, readiness),
                            secrets_dir=recipe.NODE_SECRETS_DIR, token_path=recipe.HF_TOKEN_FILE)
     return RenderedFile(f"{profile_name}/launch.sh", text, 0o755)
 

@@ -22,6 +22,15 @@ class Step:
     lines: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Probe:
+    """One readiness request to the engine's HTTP server as its runtime asks it: a GET of path, or a POST of
+    body (JSON) to it."""
+
+    path: str
+    body: dict[str, object] | None = None
+
+
 def shell_words(argv: list[str]) -> str:
     """Join argv for a shell, leaving $HOME expandable (it is quoted with double quotes)."""
     return " ".join(f'"{arg}"' if HOME in arg else shlex.quote(arg) for arg in argv)
@@ -31,10 +40,11 @@ READY_WAIT_S = 1800   # how long the readiness step waits for the server (a firs
 
 
 def launch_steps(inventory: Inventory, profile: Profile, config_files: list[str],
-                 starts: list[recipe.Start], spec: recipe.ContainerSpec) -> list[Step]:
+                 starts: list[recipe.Start], spec: recipe.ContainerSpec, readiness: list[Probe]) -> list[Step]:
     """Every step of `sparkpair launch PROFILE`, in order, as a person runs them by hand; config_files: what
     launch puts in ~/.sparkpair/config; starts: the runtime's commands that start the engine, each on its node;
-    spec: the runtime's engine container on the head (its home as $HOME; each node's differs by its label)."""
+    spec: the runtime's engine container on the head (its home as $HOME; each node's differs by its label);
+    readiness: what launch asks the server before it says it serves (the first: its health)."""
     nodes = inventory.nodes if profile.is_pair else [inventory.head]
     where_all = " and ".join(node.name for node in nodes)
     name = inventory.container.name
@@ -59,8 +69,8 @@ def launch_steps(inventory: Inventory, profile: Profile, config_files: list[str]
         Step("Stable model paths: each repo's downloaded snapshot", where_all, tuple(_link_lines(inventory, profile))),
         *(Step("Serve (detached; rank output in the container)", start.node, (_serve_line(inventory, start),))
           for start in starts),
-        Step("Readiness: port, /health, /v1/models, one completion", inventory.head.name,
-             tuple(_readiness_lines(inventory, profile))),
+        Step("Readiness: " + ", ".join(probe.path for probe in readiness), inventory.head.name,
+             tuple(_readiness_lines(inventory, readiness))),
         Step("Stop", where_all, (f"docker rm -f {shlex.quote(name)}",)),
     ]
     return steps
@@ -103,12 +113,12 @@ def _serve_line(inventory: Inventory, start: recipe.Start) -> str:
     return f"docker exec -d {shlex.quote(inventory.container.name)} sh -c {shlex.quote(inner)}"
 
 
-def _readiness_lines(inventory: Inventory, profile: Profile) -> list[str]:
+def _readiness_lines(inventory: Inventory, readiness: list[Probe]) -> list[str]:
     base = f"http://localhost:{inventory.server.port}"
-    body = json.dumps({"model": profile.target, "messages": [{"role": "user", "content": "Paris is great because"}],
-                       "max_tokens": 64})
     tries = READY_WAIT_S // 5
-    return [f"for try in $(seq {tries}); do curl -sf {base}/health >/dev/null && break; sleep 5; done  "
+    health = readiness[0].path
+    return [f"for try in $(seq {tries}); do curl -sf {base}{health} >/dev/null && break; sleep 5; done  "
             f"# up to {READY_WAIT_S // 60} minutes",
-            f"curl -sf -w '\\n' {base}/health", f"curl -sf -w '\\n' {base}/v1/models",
-            f"curl -sf -w '\\n' {base}/v1/chat/completions -H 'Content-Type: application/json' -d {shlex.quote(body)}"]
+            *(f"curl -sf -w '\\n' {base}{probe.path}" if probe.body is None else
+              f"curl -sf -w '\\n' {base}{probe.path} -H 'Content-Type: application/json' -d "
+              f"{shlex.quote(json.dumps(probe.body))}" for probe in readiness)]

@@ -10,7 +10,7 @@ serves (`ServingApi`), its Prometheus names and port, the stages of its start wi
 and how often its start is worth watching, its playbook values and fix texts. Holds the `Runtime`
 protocol, `runtime_named` (which imports the module the registry, `sparkpair.registry`, names for a
 runtime) and `runtime_of` here; `openai` (the OpenAI-compatible server TensorRT-LLM's and vLLM's
-engines run) and one module per engine: `trtllm`, `vllm`. A new engine is one new module and one
+engines run) and one module per engine: `trtllm`, `vllm`, `triton`. A new engine is one new module and one
 registry line; docs/architecture.md says how.
 
 Pure: no connection (the `pure` contract). May import: only the layers below its own in pyproject.toml's `[tool.importlinter]`
@@ -104,6 +104,8 @@ class ServingApi(Protocol):
     health: str               # a GET answering 200 once the server is up
     generation_words: str     # readiness's first generation in words: "a chat completion"
     stream_end: str | None    # the event payload that ends a streamed answer ("[DONE]"), None: the answer's end
+    token_counts: str         # what stream_tokens says: "total" (the tokens so far, OpenAI's usage) or "delta"
+    # (the event's own new tokens, Triton's num_output_tokens)
 
     def models(self, model: str) -> str:
         """The GET that says whether model is served."""
@@ -130,7 +132,8 @@ class ServingApi(Protocol):
         """The generated text one streamed event carries ("" when none)."""
 
     def stream_tokens(self, event: Field) -> int | None:
-        """The output tokens counted so far when the event says (its usage), else None."""
+        """The output tokens counted so far (token_counts "total") or added by this event ("delta") when the event
+        says, else None."""
 
 
 class Runtime(Protocol):
@@ -189,6 +192,10 @@ class Runtime(Protocol):
 
     def metrics_port(self, inventory: Inventory) -> int:
         """The port on the serving node where `metrics.path` answers."""
+
+    def other_ports(self, inventory: Inventory) -> dict[int, str]:
+        """Ports the engine binds on the serving node besides server.port and metrics_port, each with the setting
+        that names it (Triton's gRPC port); doctor's `ports.serving` checks them free."""
 
     def rank_log_paths(self, rank: int | None) -> list[str]:
         """The files (in the container of the rank's node) holding rank's output; None: a one-node start."""
@@ -333,13 +340,16 @@ def render_profile(inventory: Inventory, profile: Profile, source: str = "the in
     """Every file `sparkpair render` writes for a profile: each node's netplan file, the runtime's own files and
     the launch runbook; a setting the engine does not know is a RenderError naming it."""
     from sparkpair.render import launch_script, netplan_file
+    from sparkpair.render.runbook import Probe
 
     runtime = runtime_of(profile)
     view = checked_view(inventory, profile)
     config = [item.path for item in runtime.config_files(view, profile, view.head, None)]
     starts = runtime.starts(view, profile, rank_nodes(view, profile))
     spec = runtime.container_spec(view, view.head, "$HOME", gpus=True, infiniband=True, fabric=None)
-    own = [*runtime.rendered(view, profile), launch_script(view, profile, config, starts, spec, source)]
+    ready = runtime.api.ready_request(profile.target)
+    readiness = [Probe(runtime.api.health), Probe(runtime.api.models(profile.target)), Probe(ready.path, ready.body)]
+    own = [*runtime.rendered(view, profile), launch_script(view, profile, config, starts, spec, readiness, source)]
     if runtime.render_dir:  # its own directory beside the netplan files (TensorRT-LLM's, the first, sit there)
         own = [replace(item, path=f"{runtime.render_dir}/{item.path}") for item in own]
     return [netplan_file(view, node, source) for node in view.nodes] + own

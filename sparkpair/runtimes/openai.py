@@ -22,6 +22,7 @@ class OpenAiServer:
     health = "/health"
     generation_words = "a chat completion"
     stream_end: str | None = "[DONE]"
+    token_counts = "total"
 
     def models(self, model: str) -> str:
         return "/v1/models"

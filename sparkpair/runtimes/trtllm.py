@@ -137,6 +137,9 @@ class TensorRtLlm:
     def metrics_port(self, inventory: Inventory) -> int:
         return inventory.server.port
 
+    def other_ports(self, inventory: Inventory) -> dict[int, str]:
+        return {}
+
     def rank_log_paths(self, rank: int | None) -> list[str]:
         """mpirun --output-filename's files of rank, on its own node; the serve log for a one-node start."""
         return [SERVE_LOG] if rank is None else [f"{recipe.LOG_DIR}/ranks/1/rank.{rank}/stdout",

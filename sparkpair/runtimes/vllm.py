@@ -306,6 +306,9 @@ class Vllm:
         world = [flag for flag in definitions()["serve_options"] if flag.startswith(WORLD_PREFIXES)]
         return {arg for argv in lines for arg in argv if arg.startswith("--")} | {*SAME_BY_OTHER_NAMES, *world}
 
+    def other_ports(self, inventory: Inventory) -> dict[int, str]:
+        return {}
+
     def problems(self, inventory: Inventory, profile: Profile) -> list[str]:
         known = definitions()
         options: dict[str, dict[str, Any]] = known["serve_options"]

@@ -41,6 +41,7 @@ class KServeApi:
     health = "/v2/health/ready"
     generation_words = "a generation"
     stream_end: str | None = None
+    token_counts = "total"
 
     def models(self, model: str) -> str:
         return f"/v2/models/{model.replace('/', '--')}/ready"
@@ -138,6 +139,9 @@ class Third:
     def metrics_port(self, inventory: Inventory) -> int:
         port: int = options(inventory).metrics_port
         return port
+
+    def other_ports(self, inventory: Inventory) -> dict[int, str]:
+        return {}
 
     def rank_log_paths(self, rank: int | None) -> list[str]:
         return [f"{recipe.LOG_DIR}/serve.log"]

@@ -32,11 +32,11 @@ ln -sfn "../hub/models--nvidia--Llama-3.1-8B-Instruct-FP4/snapshots/$(cat "$HOME
 # 6. Serve (detached; rank output in the container)  [on spark-a]
 docker exec -d trtllm-multinode sh -c 'mkdir -p /var/log/sparkpair && exec trtllm-serve nvidia/Llama-3.3-70B-Instruct-FP4 --backend pytorch --max_batch_size 1 --kv_cache_free_gpu_memory_fraction 0.9 --tp_size 1 --extra_llm_api_options /sparkpair/config/extra-llm-api-config.yml --port 8355 --host 0.0.0.0 > /var/log/sparkpair/serve.log 2>&1'
 
-# 7. Readiness: port, /health, /v1/models, one completion  [on spark-a]
+# 7. Readiness: /health, /v1/models, /v1/chat/completions  [on spark-a]
 for try in $(seq 360); do curl -sf http://localhost:8355/health >/dev/null && break; sleep 5; done  # up to 30 minutes
 curl -sf -w '\n' http://localhost:8355/health
 curl -sf -w '\n' http://localhost:8355/v1/models
-curl -sf -w '\n' http://localhost:8355/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "nvidia/Llama-3.3-70B-Instruct-FP4", "messages": [{"role": "user", "content": "Paris is great because"}], "max_tokens": 64}'
+curl -sf -w '\n' http://localhost:8355/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "nvidia/Llama-3.3-70B-Instruct-FP4", "messages": [{"role": "user", "content": "Reply with one word: ready"}], "max_tokens": 8, "temperature": 0}'
 
 # 8. Stop  [on spark-a]
 docker rm -f trtllm-multinode

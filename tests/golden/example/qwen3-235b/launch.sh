@@ -41,11 +41,11 @@ ln -sfn "../hub/models--nvidia--Qwen3-235B-A22B-Eagle3/snapshots/$(cat "$HOME/.c
 # 8. Serve (detached; rank output in the container)  [on spark-a]
 docker exec -d trtllm-multinode sh -c 'mkdir -p /var/log/sparkpair && exec mpirun -np 2 --hostfile /sparkpair/config/openmpi-hostfile --mca plm_rsh_agent /sparkpair/config/mpi-rsh-agent --output-filename /var/log/sparkpair/ranks -x CPATH -x TRITON_PTXAS_PATH -x HF_TOKEN_PATH -x HF_HOME -x HF_HUB_OFFLINE -x NCCL_SOCKET_IFNAME -x UCX_NET_DEVICES trtllm-llmapi-launch trtllm-serve nvidia/Qwen3-235B-A22B-FP4 --backend pytorch --max_num_tokens 1024 --tp_size 2 --extra_llm_api_options /sparkpair/config/extra-llm-api-config.yml --port 8355 --host 0.0.0.0 > /var/log/sparkpair/serve.log 2>&1'
 
-# 9. Readiness: port, /health, /v1/models, one completion  [on spark-a]
+# 9. Readiness: /health, /v1/models, /v1/chat/completions  [on spark-a]
 for try in $(seq 360); do curl -sf http://localhost:8355/health >/dev/null && break; sleep 5; done  # up to 30 minutes
 curl -sf -w '\n' http://localhost:8355/health
 curl -sf -w '\n' http://localhost:8355/v1/models
-curl -sf -w '\n' http://localhost:8355/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "nvidia/Qwen3-235B-A22B-FP4", "messages": [{"role": "user", "content": "Paris is great because"}], "max_tokens": 64}'
+curl -sf -w '\n' http://localhost:8355/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "nvidia/Qwen3-235B-A22B-FP4", "messages": [{"role": "user", "content": "Reply with one word: ready"}], "max_tokens": 8, "temperature": 0}'
 
 # 10. Stop  [on spark-a and spark-b]
 docker rm -f trtllm-multinode

@@ -31,11 +31,11 @@ ln -sfn "../hub/models--nvidia--gpt-oss-120b-Eagle3/snapshots/$(cat "$HOME/.cach
 # 6. Serve (detached; rank output in the container)  [on spark-a]
 docker exec -d vllm-multinode sh -c 'mkdir -p /var/log/sparkpair && exec vllm serve /sparkpair/hf/sparkpair-models/openai--gpt-oss-120b --served-model-name openai/gpt-oss-120b --host 0.0.0.0 --port 8355 --tensor-parallel-size 1 --speculative-config '"'"'{"method":"eagle3","model":"/sparkpair/hf/sparkpair-models/nvidia--gpt-oss-120b-Eagle3","num_speculative_tokens":3}'"'"' --max-model-len 8192 --gpu-memory-utilization 0.8 > /var/log/sparkpair/serve.log 2>&1'
 
-# 7. Readiness: port, /health, /v1/models, one completion  [on spark-a]
+# 7. Readiness: /health, /v1/models, /v1/chat/completions  [on spark-a]
 for try in $(seq 360); do curl -sf http://localhost:8355/health >/dev/null && break; sleep 5; done  # up to 30 minutes
 curl -sf -w '\n' http://localhost:8355/health
 curl -sf -w '\n' http://localhost:8355/v1/models
-curl -sf -w '\n' http://localhost:8355/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "openai/gpt-oss-120b", "messages": [{"role": "user", "content": "Paris is great because"}], "max_tokens": 64}'
+curl -sf -w '\n' http://localhost:8355/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "openai/gpt-oss-120b", "messages": [{"role": "user", "content": "Reply with one word: ready"}], "max_tokens": 8, "temperature": 0}'
 
 # 8. Stop  [on spark-a]
 docker rm -f vllm-multinode

@@ -41,11 +41,11 @@ docker exec -d vllm-multinode sh -c 'mkdir -p /var/log/sparkpair && exec vllm se
 # 9. Serve (detached; rank output in the container)  [on spark-b]
 docker exec -d vllm-multinode sh -c 'mkdir -p /var/log/sparkpair && exec vllm serve /sparkpair/hf/sparkpair-models/Qwen--Qwen3-235B-A22B-GPTQ-Int4 --served-model-name Qwen/Qwen3-235B-A22B-GPTQ-Int4 --host 0.0.0.0 --port 8355 --tensor-parallel-size 2 --distributed-executor-backend mp --nnodes 2 --node-rank 1 --master-addr 192.168.100.10 --master-port 29501 --headless --speculative-config '"'"'{"method":"eagle3","model":"/sparkpair/hf/sparkpair-models/RedHatAI--Qwen3-235B-A22B-speculator.eagle3","num_speculative_tokens":3}'"'"' --max-model-len 8192 --gpu-memory-utilization 0.85 --max-num-seqs 4 > /var/log/sparkpair/serve.log 2>&1'
 
-# 10. Readiness: port, /health, /v1/models, one completion  [on spark-a]
+# 10. Readiness: /health, /v1/models, /v1/chat/completions  [on spark-a]
 for try in $(seq 360); do curl -sf http://localhost:8355/health >/dev/null && break; sleep 5; done  # up to 30 minutes
 curl -sf -w '\n' http://localhost:8355/health
 curl -sf -w '\n' http://localhost:8355/v1/models
-curl -sf -w '\n' http://localhost:8355/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "Qwen/Qwen3-235B-A22B-GPTQ-Int4", "messages": [{"role": "user", "content": "Paris is great because"}], "max_tokens": 64}'
+curl -sf -w '\n' http://localhost:8355/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": "Qwen/Qwen3-235B-A22B-GPTQ-Int4", "messages": [{"role": "user", "content": "Reply with one word: ready"}], "max_tokens": 8, "temperature": 0}'
 
 # 11. Stop  [on spark-a and spark-b]
 docker rm -f vllm-multinode
