@@ -3,7 +3,7 @@
 Data only. A cause is an id with a one-line summary and a fix in no engine's words (the runtime adds the
 engine's own setting to change: `Runtime.cause_fixes`); a signature is a regular expression
 for one line that NCCL, Gloo, UCX, Open MPI (ORTE/PRRTE), CUDA, NVML, huggingface_hub, uvicorn,
-docker/runc, TensorRT-LLM, PyTorch or Ray print for that cause, in any program's log, with a weight:
+docker/runc, TensorRT-LLM, PyTorch, Ray or Triton Inference Server print for that cause, in any program's log, with a weight:
 
 - DECISIVE: the line names the cause (e.g. "Host key verification failed");
 - STRONG: the line usually means the cause (e.g. "NCCL error: unhandled system error");
@@ -142,6 +142,22 @@ CAUSES: tuple[Cause, ...] = (
           "sparkpair logs (the line above the EngineDeadError names why), then sparkpair stop and sparkpair "
           "launch; a request parameter the engine cannot serve (top_k with a speculative draft on some "
           "builds) is the engine's bug: report it with sparkpair bundle"),
+    Cause("triton.backend", "Triton found no backend library for the backend the model's config.pbtxt names (the "
+          "image has no vllm backend in /opt/tritonserver/backends)",
+          "use NVIDIA's Triton image with the vLLM backend (nvcr.io/nvidia/tritonserver:<yy.mm>-vllm-python-py3, "
+          "engines.triton.image); sparkpair doctor --only docker.image-mode asks the image"),
+    Cause("triton.no-model", "Triton has no model of that name to load or serve (--load-model names a model the "
+          "repository lacks, --load-model without explicit model control, or no model loaded)",
+          "sparkpair render --runtime triton shows the model repository sparkpair writes; sparkpair stop, then "
+          "sparkpair launch (which writes it on the head and loads its model explicitly)"),
+    Cause("triton.stub", "the Python backend's stub process, where the vLLM backend and its engine run, died or "
+          "stopped answering",
+          "read the stub's traceback in sparkpair logs (the lines before); a stub killed by memory is memory.oom; "
+          "Triton 2.51's stub needs numpy below 2 to read text tensors; then sparkpair stop and sparkpair launch"),
+    Cause("triton.model-load", "Triton could not load the model: the vLLM backend's initialize raised (the reason "
+          "follows `failed to load 'M' version 1:`)",
+          "read the reason in sparkpair logs; a model.json key vLLM does not know is config.invalid (sparkpair "
+          "inventory check validates serve_args against vLLM's engine arguments)"),
     Cause("rendezvous.timeout", "the ranks never all joined: a store or a collective timed out waiting for "
           "a peer",
           "read the other node's rank log for its own error first (sparkpair logs); then sparkpair doctor "
@@ -274,6 +290,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("memory.shm", r"Insufficient space in /dev/shm\b"),
     _sig("engine.died", r"\bEngineDeadError\b|EngineCore encountered an issue", STRONG),
     _sig("model.access", rf"Invalid repository ID or local directory specified: '{HOST}'"),
+    # Triton Inference Server's own lines (the reason inside a load failure is claimed first where it is known).
+    _sig("triton.backend", r"unable to find backend library for backend '(?P<subject>[^']+)'"),
+    _sig("triton.backend", r"unable to find '(?P<subject>libtriton_\w+\.so)' for model"),
+    _sig("triton.no-model", r"failed to poll model '(?P<subject>[^']+)': model not found in any model repository"),
+    _sig("triton.no-model", r"Use of '--load-model' requires setting '--model-control-mode=explicit'"),
+    _sig("triton.no-model", r"Request for unknown model: '(?P<subject>[^']+)' is not found", STRONG),
+    _sig("triton.stub", r"Stub process '(?P<subject>[^']+)' is not healthy|Stub process is not healthy"),
+    _sig("triton.stub", r"Stub process is unhealthy and it will be restarted"),
     # Configuration, model, disk, port.
     _sig("config.invalid", r"(?<!\d)\d+ validation errors? for \w*(?:Args|Config)\b", STRONG),
     _sig("config.invalid", r"(?:Args|Config)\.__init__\(\) got an unexpected keyword argument "
@@ -297,6 +321,9 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("memory.oom", r"\b(?:exited|killed|terminated) on signal 9\b|\bsignal 9 \(Killed\)"),
     _sig("memory.oom", r"\bstd::bad_alloc\b|\bMemoryError\b", STRONG),
     _sig("memory.oom", r"^\s*Killed\s*$|exit(?:ed)? (?:code|status):? ?137\b", HINT),
+    # Triton's load failure, last: the reason it carries (a bad engine argument, memory) claims the line first.
+    _sig("triton.model-load", r"failed to load '(?P<subject>[^']+)'(?: version \d+:|\W*$)", STRONG),
+    _sig("triton.model-load", r"load failed for model '(?P<subject>[^']+)'|failed to load all models", STRONG),
     # The engine's own word that it waits on a hung peer (vLLM; informational once serving).
     _sig(STALLED, r"No available shared memory broadcast block found in \d+ seconds?", HINT),
     # A crash no signature above names: evidence of a cause found, else unknown.fatal.

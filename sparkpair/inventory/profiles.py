@@ -196,6 +196,18 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
                 "target_gib": 125.0,
                 "draft_gib": 2.0,
             },
+            # The same vLLM engine behind Triton's front end (docs/profiles.md#on-triton): serve_args are vLLM's
+            # engine arguments, written into the model repository's model.json.
+            "triton": {
+                "description": "Qwen3-235B-A22B GPTQ-Int4 + Eagle3, TP=2 across both Sparks on Triton's vLLM backend",
+                "target": "Qwen/Qwen3-235B-A22B-GPTQ-Int4",
+                "draft": "RedHatAI/Qwen3-235B-A22B-speculator.eagle3",
+                "decoding_type": "Eagle3",
+                "max_draft_len": 3,
+                "serve_args": {"max_model_len": 8192, "gpu_memory_utilization": 0.85, "max_num_seqs": 4},
+                "target_gib": 125.0,
+                "draft_gib": 2.0,
+            },
         },
     },
     "gpt-oss-120b": {
