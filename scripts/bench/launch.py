@@ -7,6 +7,8 @@ engine stopped before each run (so containers are started each time). Needs root
 Usage: .venv/bin/python scripts/bench/launch.py [RUNS]
        .venv/bin/python scripts/bench/launch.py --runtime vllm [RUNS]   (scripts/bench/launch_vllm.py: the real
        vLLM, sparkpair's launch against the playbook's start by hand; prints `vllm launch: ... ratio R`)
+       .venv/bin/python scripts/bench/launch.py --runtime triton [RUNS]   (scripts/bench/launch_triton.py: the
+       real Triton with the real vLLM, against seed 003's start by hand; prints `triton launch: ... ratio R`)
 """
 
 from __future__ import annotations
@@ -70,10 +72,11 @@ def main() -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--runtime"]:
-        if sys.argv[2:3] != ["vllm"]:
-            sys.exit("usage: launch.py --runtime vllm [RUNS] (TensorRT-LLM's stand-in: launch.py [RUNS])")
-        import launch_vllm  # scripts/bench/launch_vllm.py, beside this script
+        if sys.argv[2:3] not in (["vllm"], ["triton"]):
+            sys.exit("usage: launch.py --runtime vllm|triton [RUNS] (TensorRT-LLM's stand-in: launch.py [RUNS])")
+        import launch_triton  # scripts/bench/launch_triton.py and launch_vllm.py, beside this script
+        import launch_vllm
 
-        launch_vllm.main(int(sys.argv[3]) if len(sys.argv) > 3 else 2)
+        (launch_vllm if sys.argv[2] == "vllm" else launch_triton).main(int(sys.argv[3]) if len(sys.argv) > 3 else 2)
     else:
         main()

@@ -20,6 +20,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from launch import TESTBED, sparkpair  # scripts/bench/launch.py, beside this script
@@ -66,10 +67,10 @@ def by_hand(serve_flags: list[str], logs: Path, timeout: float = 900.0) -> float
         vllm_serve.stop(serving)
 
 
-def with_sparkpair(path: str) -> float:
-    """Seconds for `sparkpair launch qwen3-235b --runtime vllm` to return ready (then stopped)."""
+def with_sparkpair(path: str, runtime: str = "vllm") -> float:
+    """Seconds for `sparkpair launch qwen3-235b --runtime RUNTIME` to return ready (then stopped)."""
     start = time.perf_counter()
-    result = sparkpair(path, "launch", "qwen3-235b", "--runtime", "vllm", "--timeout", "900")
+    result = sparkpair(path, "launch", "qwen3-235b", "--runtime", runtime, "--timeout", "900")
     took = time.perf_counter() - start
     if result.returncode != 0:
         sys.exit(f"sparkpair launch failed:\n{result.stdout}{result.stderr}")
@@ -95,12 +96,17 @@ def main(runs: int) -> None:
         if result.returncode != 0:
             sys.exit(f"{' '.join(step)} failed:\n{result.stdout}{result.stderr}")
     flags = serve_flags(path)
-    hand, ours = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for index in range(runs):
-            hand.append(by_hand(flags, Path(tmp) / f"hand-{index}"))
-            ours.append(with_sparkpair(path))
-            print(f"run {index + 1}: by hand {hand[-1]:.1f} s, sparkpair {ours[-1]:.1f} s", flush=True)
+        compare(runs, lambda index: by_hand(flags, Path(tmp) / f"hand-{index}"), lambda: with_sparkpair(path), "vllm")
+
+
+def compare(runs: int, hand_run: Callable[[int], float], our_run: Callable[[], float], runtime: str) -> None:
+    """runs of the start by hand and of sparkpair's, interleaved; prints each and `RUNTIME launch: ... ratio R`."""
+    hand, ours = [], []
+    for index in range(runs):
+        hand.append(hand_run(index))
+        ours.append(our_run())
+        print(f"run {index + 1}: by hand {hand[-1]:.1f} s, sparkpair {ours[-1]:.1f} s", flush=True)
     median_ours, median_hand = statistics.median(ours), statistics.median(hand)
-    print(f"vllm launch: sparkpair {median_ours:.1f} s, by hand {median_hand:.1f} s, "
+    print(f"{runtime} launch: sparkpair {median_ours:.1f} s, by hand {median_hand:.1f} s, "
           f"ratio {median_ours / median_hand:.2f}")

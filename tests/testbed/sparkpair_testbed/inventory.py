@@ -16,6 +16,7 @@ from .layout import (
     VLLM_IMAGE_TAG,
 )
 from .shape import load
+from .triton_image import TRITON_IMAGE_TAG
 
 
 def render() -> str:
@@ -48,6 +49,8 @@ def render() -> str:
         f"    HF_ENDPOINT: {HUB_URL}",  # the stand-in hub (hub.py); never a public hub
         "vllm:",
         f"  image: {VLLM_IMAGE_TAG}",  # built by `scripts/testbed vllm` (the real vLLM's CPU build)
+        "triton:",
+        f"  image: {TRITON_IMAGE_TAG}",  # built by `scripts/testbed triton` (the real Triton, the stand-in backend)
         "server:",
         f"  port: {SERVING_PORT}",
         # Why the pair departs from NVIDIA's playbooks (doctor's playbook.* rows show these as INFO).
