@@ -166,6 +166,9 @@ class Triton:
                           "gpu_memory_utilization",
     }
     fabric_proof: bool = False
+    # Triton's HTTP front end takes no key, and model.json holds engine arguments only (vLLM's api_key is its API
+    # server's, not an engine argument: problems refuses it).
+    secret_options: Mapping[str, str] = {}
     # Triton's own lines around vLLM's (tests/fixtures/logs/triton: the simulated pair's real Triton 2.51 and vLLM
     # 0.32): the model's load and its instance (the backend's stub) first, vLLM's stages inside it, then the load
     # finished and the three services started (the ports open only then).

@@ -64,6 +64,7 @@ def test_the_built_in_profile_renders_a_repository_whose_model_json_and_worker_f
                                "'max_model_lenn'"),
     ({"speculative_model": "x/y"}, "AsyncEngineArgs has no argument 'speculative_model'"),  # seed 003's old key
     ({"nnodes": 3}, "serve_args.nnodes: model.json's nnodes is set by sparkpair"),
+    ({"api_key": "s3cret"}, "AsyncEngineArgs has no argument 'api_key'"),  # a secret never reaches model.json
     ({"max_model_len": True}, "serve_args.max_model_len: --max-model-len takes a value, not true"),
 ])
 def test_problems_refuse_what_the_vllm_backend_would_fail_on_naming_the_key(inventory, serve_args, expected) -> None:
