@@ -14,7 +14,9 @@ Usage:
       [--endpoint-type generate|kserve] [--requests 20] [--isl 64] [--osl 64] [--tokenizer DIR]
       [--sparkpair-inventory PATH [--profile qwen3-235b]]
 The last lines: `genai-perf: TTFT p50 X ms, output Y tok/s` and, with --sparkpair-inventory,
-`sparkpair bench: TTFT p50 X ms, output Y tok/s` and `ratio sparkpair/genai-perf: TTFT R, tok/s R`.
+`sparkpair bench: TTFT p50 X ms, output Y tok/s` and `ratio sparkpair/genai-perf: TTFT R, tok/s R`. With
+--sparkpair-inventory both send the same prompt (--prompt; GenAI-Perf's --input-file, bench's --prompts), so the
+time to first token compares like with like; without it GenAI-Perf's prompts are synthetic (--isl tokens).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from sparkpair_testbed.vllm_models import hub_dir
 ROOT = Path(__file__).resolve().parents[2]
 GRPC_PORT = 8001
 EXPORT = "profile_export_genai_perf.json"
+PROMPT = ("Write a short story of about 300 words about a lighthouse keeper who finds a message in a bottle addressed "
+          "to her grandmother.")  # the first of sparkpair's bundled prompts
 
 
 def default_tokenizer() -> Path | None:
@@ -64,9 +68,10 @@ def genai_perf_argv(args: argparse.Namespace, tokenizer: str) -> list[str]:
         # backend ("generate expects model to produce exactly 1 response, use generate stream ..."): name the stream URL.
         target = ["--endpoint-type", "generate", "--url", f"{parts.scheme}://{parts.netloc}",
                   "--endpoint", f"v2/models/{args.model}/generate_stream", "--extra-inputs", "ignore_eos:true"]
+    inputs = ["--input-file", "/in/inputs.jsonl"] if args.sparkpair_inventory else \
+        ["--synthetic-input-tokens-mean", str(args.isl), "--synthetic-input-tokens-stddev", "0"]
     return ["genai-perf", "profile", "-m", args.model, *target, "--streaming", "--tokenizer", tokenizer,
-            "--concurrency", "1", "--request-count", str(args.requests), "--warmup-request-count", "1",
-            "--synthetic-input-tokens-mean", str(args.isl), "--synthetic-input-tokens-stddev", "0",
+            "--concurrency", "1", "--request-count", str(args.requests), "--warmup-request-count", "1", *inputs,
             "--output-tokens-mean", str(args.osl), "--artifact-dir", "/out", "--profile-export-file",
             "profile_export.json"]
 
@@ -83,8 +88,10 @@ def run_genai_perf(args: argparse.Namespace) -> tuple[float, float]:
     if tokenizer is None or not (Path(tokenizer) / "tokenizer.json").is_file():
         sys.exit(f"no local tokenizer at {tokenizer} (scripts/testbed triton plants the tiny target, or give --tokenizer)")
     inside, binds = tokenizer_binds(Path(tokenizer))
-    with tempfile.TemporaryDirectory() as out:
-        proc = genai_perf_tools.run(genai_perf_argv(args, inside), {**binds, "/out": Path(out)})
+    with tempfile.TemporaryDirectory() as out, tempfile.TemporaryDirectory() as given:
+        line = json.dumps({"text": args.prompt}) + "\n"
+        (Path(given) / "inputs.jsonl").write_text(line * (args.requests + 1))
+        proc = genai_perf_tools.run(genai_perf_argv(args, inside), {**binds, "/out": Path(out), "/in": Path(given)})
         exports = sorted(Path(out).rglob(EXPORT))
         if proc.returncode != 0 or not exports:
             sys.exit(f"genai-perf failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
@@ -94,9 +101,13 @@ def run_genai_perf(args: argparse.Namespace) -> tuple[float, float]:
 
 def sparkpair_figures(args: argparse.Namespace) -> tuple[float, float]:
     """(TTFT p50 in ms, output tokens per second) from `sparkpair bench --json` on what sparkpair serves."""
-    argv = [sys.executable, "-m", "sparkpair", "-i", args.sparkpair_inventory, "bench", *([args.profile] if args.profile
-            else []), "--concurrency", "1", "--requests", str(args.requests), "--max-tokens", str(args.osl), "--json"]
-    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as prompts:
+        prompts.write(json.dumps({"prompt": args.prompt}) + "\n")
+        prompts.flush()
+        argv = [sys.executable, "-m", "sparkpair", "-i", args.sparkpair_inventory, "bench",
+                *([args.profile] if args.profile else []), "--concurrency", "1", "--requests", str(args.requests),
+                "--max-tokens", str(args.osl), "--prompts", prompts.name, "--json"]
+        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"sparkpair bench failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
     row = json.loads(proc.stdout)["rows"][0]
@@ -112,6 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--isl", type=int, default=64, help="prompt tokens (synthetic)")
     parser.add_argument("--osl", type=int, default=64, help="output tokens")
     parser.add_argument("--tokenizer", help="a local tokenizer folder (default: the tiny target's snapshot)")
+    parser.add_argument("--prompt", default=PROMPT, help="the prompt both send (with --sparkpair-inventory)")
     parser.add_argument("--sparkpair-inventory", help="also run `sparkpair bench` with this inventory")
     parser.add_argument("--profile", help="the profile sparkpair bench measures (default: the inventory's)")
     args = parser.parse_args(argv)
