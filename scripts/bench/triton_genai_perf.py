@@ -101,12 +101,12 @@ def run_genai_perf(args: argparse.Namespace) -> tuple[float, float]:
 
 def sparkpair_figures(args: argparse.Namespace) -> tuple[float, float]:
     """(TTFT p50 in ms, output tokens per second) from `sparkpair bench --json` on what sparkpair serves."""
-    with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as prompts:
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl") as prompts, tempfile.TemporaryDirectory() as out:
         prompts.write(json.dumps({"prompt": args.prompt}) + "\n")
         prompts.flush()
         argv = [sys.executable, "-m", "sparkpair", "-i", args.sparkpair_inventory, "bench",
                 *([args.profile] if args.profile else []), "--concurrency", "1", "--requests", str(args.requests),
-                "--max-tokens", str(args.osl), "--prompts", prompts.name, "--json"]
+                "--max-tokens", str(args.osl), "--prompts", prompts.name, "--out", out, "--json"]
         proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"sparkpair bench failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
