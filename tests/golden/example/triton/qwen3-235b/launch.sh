@@ -1,43 +1,53 @@
 #!/usr/bin/env bash
-# `sparkpair launch qwen3-235b` as shell commands: a runbook generated from inventory.example.yaml.
+# `sparkpair launch qwen3-235b --runtime triton` as shell commands: a runbook generated from inventory.example.yaml.
 # Qwen3-235B-A22B GPTQ-Int4 + Eagle3, TP=2 across both Sparks on Triton's vLLM backend
-# Each step names the node it runs on. sparkpair runs the same commands over SSH, `docker run` with
-# exactly the settings shown here.
+# Each step names the node it runs on; run it there as the inventory's user. sparkpair runs the same
+# commands over SSH, `docker run` with exactly the settings shown here.
 # Secrets: no token is ever written here. sparkpair copies the HF token to
 # ~/.sparkpair/secrets/hf_token (mode 0600) on each node; the container reads it read-only through
 # HF_TOKEN_PATH=/sparkpair/secrets/hf_token, so it never appears in argv, `ps` or `docker inspect`.
 set -euo pipefail
 
 # 1. Preflight: the launch-critical checks  [on this machine]
-sparkpair doctor
+sparkpair doctor qwen3-235b --runtime triton
 
-# 2. Files: rendered config in ~/.sparkpair/config, token in ~/.sparkpair/secrets (0600)  [on spark-a and spark-b]
-# ~/.sparkpair/config/container.env
-# ~/.sparkpair/config/model_repository/Qwen--Qwen3-235B-A22B-GPTQ-Int4/config.pbtxt
-# ~/.sparkpair/config/model_repository/Qwen--Qwen3-235B-A22B-GPTQ-Int4/1/model.json
+# 2. Files: the rendered config in ~/.sparkpair/config, the HF token in ~/.sparkpair/secrets (0600)  [on spark-a and spark-b]
+mkdir -p ~/.sparkpair/config ~/.sparkpair/secrets && chmod 700 ~/.sparkpair/secrets
+# then copy, from the folder `sparkpair render` wrote (a node's own copy under its name when there is one):
+#   ~/.sparkpair/config/container.env
+#   ~/.sparkpair/config/model_repository/Qwen--Qwen3-235B-A22B-GPTQ-Int4/config.pbtxt
+#   ~/.sparkpair/config/model_repository/Qwen--Qwen3-235B-A22B-GPTQ-Int4/1/model.json
 
-# 3. Engine container  [on spark-a and spark-b]
+# 3. Engine container  [on spark-a]
 docker run -d --name triton-multinode --network host --shm-size 10.24g --ulimit=memlock=-1 --ulimit=stack=67108864 --gpus all --device /dev/infiniband:/dev/infiniband --label sparkpair.cluster=spark-pair --label sparkpair.node=spark-a --env-file "$HOME/.sparkpair/config/container.env" -v "$HOME/.sparkpair/config:/sparkpair/config:ro" -v "$HOME/.sparkpair/secrets:/sparkpair/secrets:ro" -v "$HOME/.ssh:/sparkpair/ssh:ro" -v "$HOME/.cache/huggingface:/sparkpair/hf:rw" nvcr.io/nvidia/tritonserver:26.11-vllm-python-py3 sleep infinity
 
-# 4. Models into the HF cache, verified by manifest  [on spark-a]
-docker exec -u "$(id -u):$(id -g)" triton-multinode hf download Qwen/Qwen3-235B-A22B-GPTQ-Int4
-docker exec -u "$(id -u):$(id -g)" triton-multinode hf download RedHatAI/Qwen3-235B-A22B-speculator.eagle3
-# stable draft path: /sparkpair/hf/sparkpair-models/RedHatAI--Qwen3-235B-A22B-speculator.eagle3 -> ../hub/models--RedHatAI--Qwen3-235B-A22B-speculator.eagle3/snapshots/$(cat refs/main)
+# 4. Engine container  [on spark-b]
+docker run -d --name triton-multinode --network host --shm-size 10.24g --ulimit=memlock=-1 --ulimit=stack=67108864 --gpus all --device /dev/infiniband:/dev/infiniband --label sparkpair.cluster=spark-pair --label sparkpair.node=spark-b --env-file "$HOME/.sparkpair/config/container.env" -v "$HOME/.sparkpair/config:/sparkpair/config:ro" -v "$HOME/.sparkpair/secrets:/sparkpair/secrets:ro" -v "$HOME/.ssh:/sparkpair/ssh:ro" -v "$HOME/.cache/huggingface:/sparkpair/hf:rw" nvcr.io/nvidia/tritonserver:26.11-vllm-python-py3 sleep infinity
 
-# 5. Models to spark-b over the QSFP link  [on spark-a]
+# 5. Models into the HF cache (the hub on for the download; the container keeps it off)  [on spark-a]
+docker exec -u "$(id -u):$(id -g)" -e HOME=/tmp -e HF_HUB_OFFLINE=0 triton-multinode hf download Qwen/Qwen3-235B-A22B-GPTQ-Int4
+docker exec -u "$(id -u):$(id -g)" -e HOME=/tmp -e HF_HUB_OFFLINE=0 triton-multinode hf download RedHatAI/Qwen3-235B-A22B-speculator.eagle3
+
+# 6. Models to spark-b over the QSFP link  [on spark-a]
 rsync -a --partial --mkpath -e 'ssh -o BatchMode=yes -o StrictHostKeyChecking=yes' "$HOME/.cache/huggingface/hub/models--Qwen--Qwen3-235B-A22B-GPTQ-Int4" 192.168.100.11:.cache/huggingface/hub/
 rsync -a --partial --mkpath -e 'ssh -o BatchMode=yes -o StrictHostKeyChecking=yes' "$HOME/.cache/huggingface/hub/models--RedHatAI--Qwen3-235B-A22B-speculator.eagle3" 192.168.100.11:.cache/huggingface/hub/
 
-# 6. Serve (detached; rank output in the container)  [on spark-a]
+# 7. Stable model paths: each repo's downloaded snapshot  [on spark-a and spark-b]
+mkdir -p "$HOME/.cache/huggingface/sparkpair-models"
+ln -sfn "../hub/models--Qwen--Qwen3-235B-A22B-GPTQ-Int4/snapshots/$(cat "$HOME/.cache/huggingface/hub/models--Qwen--Qwen3-235B-A22B-GPTQ-Int4/refs/main")" "$HOME/.cache/huggingface/sparkpair-models/Qwen--Qwen3-235B-A22B-GPTQ-Int4"
+ln -sfn "../hub/models--RedHatAI--Qwen3-235B-A22B-speculator.eagle3/snapshots/$(cat "$HOME/.cache/huggingface/hub/models--RedHatAI--Qwen3-235B-A22B-speculator.eagle3/refs/main")" "$HOME/.cache/huggingface/sparkpair-models/RedHatAI--Qwen3-235B-A22B-speculator.eagle3"
+
+# 8. Serve (detached; rank output in the container)  [on spark-a]
 docker exec -d triton-multinode sh -c 'mkdir -p /var/log/sparkpair && exec tritonserver --model-repository /sparkpair/config/model_repository --model-control-mode explicit --load-model Qwen--Qwen3-235B-A22B-GPTQ-Int4 --http-port 8355 --grpc-port 8001 --metrics-port 8002 > /var/log/sparkpair/serve.log 2>&1'
 
-# 7. Serve (detached; rank output in the container)  [on spark-b]
+# 9. Serve (detached; rank output in the container)  [on spark-b]
 docker exec -d triton-multinode sh -c 'mkdir -p /var/log/sparkpair && exec vllm serve /sparkpair/hf/sparkpair-models/Qwen--Qwen3-235B-A22B-GPTQ-Int4 --tensor-parallel-size 2 --distributed-executor-backend mp --nnodes 2 --node-rank 1 --master-addr 192.168.100.10 --master-port 29501 --speculative-config '"'"'{"method":"eagle3","model":"/sparkpair/hf/sparkpair-models/RedHatAI--Qwen3-235B-A22B-speculator.eagle3","num_speculative_tokens":3}'"'"' --max-model-len 8192 --gpu-memory-utilization 0.85 --max-num-seqs 4 --headless > /var/log/sparkpair/serve.log 2>&1'
 
-# 8. Readiness: /v2/health/ready, /v2/models/Qwen--Qwen3-235B-A22B-GPTQ-Int4/ready, /v2/models/Qwen--Qwen3-235B-A22B-GPTQ-Int4/generate  [on spark-a]
-curl -sf http://localhost:8355/v2/health/ready
-curl -sf http://localhost:8355/v2/models/Qwen--Qwen3-235B-A22B-GPTQ-Int4/ready
-curl -s http://localhost:8355/v2/models/Qwen--Qwen3-235B-A22B-GPTQ-Int4/generate -H 'Content-Type: application/json' -d '{"text_input": "Reply with one word: ready", "parameters": {"stream": false, "exclude_input_in_output": true, "return_num_output_tokens": true, "temperature": 0, "max_tokens": 8}}'
+# 10. Readiness: /v2/health/ready, /v2/models/Qwen--Qwen3-235B-A22B-GPTQ-Int4/ready, /v2/models/Qwen--Qwen3-235B-A22B-GPTQ-Int4/generate  [on spark-a]
+for try in $(seq 360); do curl -sf http://localhost:8355/v2/health/ready >/dev/null && break; sleep 5; done  # up to 30 minutes
+curl -sf -w '\n' http://localhost:8355/v2/health/ready
+curl -sf -w '\n' http://localhost:8355/v2/models/Qwen--Qwen3-235B-A22B-GPTQ-Int4/ready
+curl -sf -w '\n' http://localhost:8355/v2/models/Qwen--Qwen3-235B-A22B-GPTQ-Int4/generate -H 'Content-Type: application/json' -d '{"text_input": "Reply with one word: ready", "parameters": {"stream": false, "exclude_input_in_output": true, "return_num_output_tokens": true, "temperature": 0, "max_tokens": 8}}'
 
-# 9. Stop  [on spark-a and spark-b]
+# 11. Stop  [on spark-a and spark-b]
 docker rm -f triton-multinode
