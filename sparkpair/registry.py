@@ -31,6 +31,7 @@ class Registered:
 RUNTIMES: tuple[Registered, ...] = (
     Registered("trtllm", "sparkpair.runtimes.trtllm"),
     Registered("vllm", "sparkpair.runtimes.vllm", image="nvcr.io/nvidia/vllm:26.05-py3", container="vllm-multinode"),
+    Registered("sglang", "sparkpair.runtimes.sglang", image="lmsysorg/sglang:latest-cu130", container="sglang-multinode"),
 )
 NAMES: tuple[str, ...] = tuple(line.name for line in RUNTIMES)
 DEFAULT = NAMES[0]   # a profile's runtime unless it names one; the runtime of a launch state that names none
