@@ -85,9 +85,11 @@ def canonical(flag: str) -> str | None:
     """The option's own long name for flag or one of its aliases (--tensor-parallel-size -> --tp-size); None when
     SGLang has no such option (argparse's prefix matching is not followed: a profile spells options in full)."""
     known: dict[str, dict[str, Any]] = definitions()["options"]
-    if flag in known:
-        return flag
-    return next((name for name, option in known.items() if flag in option["aliases"]), None)
+    option = known.get(flag) or next((entry for entry in known.values() if flag in entry["aliases"]), None)
+    if option is None:
+        return None
+    own = "--" + option["dest"].replace("_", "-")
+    return own if own in known else flag
 
 
 def _head_address(inventory: Inventory, node: Node | None = None) -> str:
@@ -138,16 +140,16 @@ class Sglang:
     watch: Watch = Watch(every_s=10.0, exit_every_s=5.0, first_s=10.0)
     options_record: type[Any] = SglangOptions
     render_dir: str = "sglang"
-    playbook: str | None = "sglang"
-    playbook_fixes: Mapping[str, str] = {"flags.tp": "set {profile}.tp_size: {value}",
-                                         "flags.tp-size": "set {profile}.tp_size: {value}"}
+    # NVIDIA's SGLang playbook (nvidia/sglang/README.md) runs one Spark only (--tp 1, port 30000, no multi-node
+    # section): no two-Spark value of it to compare with; its image is the registry line's default.
+    playbook: str | None = None
+    playbook_fixes: Mapping[str, str] = {}
     cause_fixes: Mapping[str, str] = {
         "config.invalid": "the option under the profile's serve_args (models.PROFILE.variants.sglang.serve_args); "
                           "sparkpair inventory check validates it against SGLang's own definitions",
         "memory.oom": "lower mem_fraction_static or context_length in models.PROFILE.variants.sglang.serve_args",
         "memory.kvcache": "raise mem_fraction_static or lower context_length in "
                           "models.PROFILE.variants.sglang.serve_args",
-        "engine.died": "sparkpair logs on both nodes: the scheduler's traceback above `Received sigquit`",
     }
     fabric_proof: bool = False
     # The start as SGLang prints it on each node (tests/fixtures/logs/sglang: public logs, SOURCES.md). The ranks
@@ -161,11 +163,13 @@ class Sglang:
                    r"begin\b", r"\bsglang is using nccl==", r"\bCustomAllreduce is disabled because\b"),
                   "torch.distributed", 300.0, alone=False, finished=r"\bInit torch distributed ends\b"),
         StageSpec("model", "loading the weights (target, then draft)",
-                  (r"\bLoad weight begin\b", r"\bUsing model weights format\b"), "model load", 900.0,
+                  (r"\bLoad weight begin\b", r"\bUsing model weights format\b"), "model load", 600.0,
                   finished=r"\bLoad weight end\b"),
-        StageSpec("kvcache", "allocating the KV cache and capturing CUDA graphs",
-                  (r"\bKV Cache is allocated\b", r"\bMemory pool end\b", r"\bmax_total_num_tokens=\d+",
-                   r"\bCapture cuda graph begin\b"), "KV cache", 1800.0),
+        StageSpec("kvcache", "allocating the KV cache pool",
+                  (r"\bKV Cache is allocated\b", r"\bMemory pool end\b", r"\bmax_total_num_tokens=\d+"),
+                  "KV cache", 900.0),
+        StageSpec("compile", "capturing CUDA graphs", (r"\bCapture cuda graph begin\b",), "compile", 1800.0,
+                  finished=r"\bCapture cuda graph end\b"),
         StageSpec("http", "the HTTP server is up and SGLang warms it up with a first request",
                   (r"\bUvicorn running on\b", r"\bApplication startup complete\b"), "warm-up", 300.0),
         StageSpec("serving", "SGLang says it serves", (r"The server is fired up and ready to roll!",),
