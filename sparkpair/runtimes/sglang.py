@@ -307,7 +307,7 @@ class Sglang:
         return None
 
     def image_needs(self, inventory: Inventory) -> tuple[str, ...]:
-        return ("python3",)
+        return ()   # SGLang's image is whole (launch_server is the only mode): nothing worth a container start
 
     def image_needs_fix(self, inventory: Inventory, missing: list[str]) -> tuple[str, str]:
         return self.name, (f"an SGLang image (lmsysorg/sglang:latest-cu130, NVIDIA's SGLang playbook's) in "

@@ -142,6 +142,19 @@ def test_the_committed_definitions_are_the_images(served) -> None:
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+def test_the_stand_in_answers_sglangs_own_api(served) -> None:
+    """The native /generate (meta_info with the verify count and accept length) and /get_server_info: what the
+    prep's own start proved, on this one."""
+    bed, _, _, _ = served
+    curl = "curl -s -m 60 http://127.0.0.1:8355"
+    body = json.loads(bed.exec("spark-a", f"{curl}/generate -H 'Content-Type: application/json' "
+                                          """-d '{"text": "Spark", "sampling_params": {"max_new_tokens": 9}}'""").stdout)
+    meta = body["meta_info"]
+    assert meta["completion_tokens"] == 9 and meta["finish_reason"]["type"] == "length" and meta["spec_verify_ct"] >= 1
+    info = json.loads(bed.exec("spark-a", f"{curl}/get_server_info").stdout)
+    assert info["version"] == "0.5.23" and info["nnodes"] == 2 and info["tp_size"] == 2
+
+
 def test_stop_leaves_nothing_running(served) -> None:
     bed, inventory, _, _ = served
     run = run_sparkpair(inventory, "stop")
