@@ -59,7 +59,8 @@ def test_launch_reaches_serving_at_tp2_across_both_nodes_with_the_eagle3_draft(s
     assert "world_size=2 rank=1 local_rank=0" in worker and "Init torch distributed ends." in worker
     assert "type=LlamaForCausalLMEagle3" in worker   # the draft, from the worker's own (copied) cache
     env = bed.exec("spark-b", f"docker exec {CONTAINER} printenv SGLANG_HOST_IP GLOO_SOCKET_IFNAME").stdout.split()
-    assert env[0].startswith("198.1") and env[1].startswith("enp1s0f")   # the worker's own QSFP twin
+    addresses = bed.exec("spark-b", f"ip -4 -o addr show dev {env[1]}").stdout
+    assert env[0].startswith("198.1") and f" {env[0]}/" in addresses   # the worker's own QSFP twin and its address
     state = json.loads(bed.exec("spark-a", "cat ~/.sparkpair/state/launch.json", user="nvidia").stdout)
     assert state["runtime"] == "sglang" and state["nodes"] == ["spark-a", "spark-b"]
     assert (folder / "sparkpair.lock").exists()
