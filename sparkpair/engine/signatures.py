@@ -282,7 +282,6 @@ SIGNATURES: tuple[Signature, ...] = (
                            r"--mem-fraction-static"),
     _sig("memory.held", r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes"),
     _sig("fabric.interface", r"failed to format addr, unknown family=\d+", STRONG),
-    _sig("fabric.interface", r"NCCL INFO Bootstrap\s*: Using \w+:[0-9a-f]{1,4}:[0-9a-f:]*<\d+>", HINT),
     _sig("engine.died", r"Received sigquit from a child proc", HINT),
     _sig("engine.died", followed_by(r"SIGQUIT received\.", r"It usually means one child failed"), HINT),
     _sig("engine.died", r"\bScheduler hit an exception\b|\bRank \d+ scheduler died\b", HINT),

@@ -40,6 +40,7 @@ SERVE_LOG = f"{recipe.LOG_DIR}/serve.log"
 OWN_FLAGS = ("--model-path", "--served-model-name", "--tp-size", "--pp-size", "--host", "--port", "--nnodes",
              "--node-rank", "--dist-init-addr", "--enable-metrics", "--speculative-algorithm",
              "--speculative-draft-model-path", "--speculative-num-steps")
+SECRET_FLAGS = ("--api-key", "--admin-api-key", "--ssl-keyfile-password")
 ALGORITHMS = {"Eagle3": "EAGLE3", "Eagle": "EAGLE", "DraftTarget": "STANDALONE"}
 SHM_SIZE = "10.24g"   # the vLLM playbook's; SGLang's processes share tensors through /dev/shm too
 # Set per node by sparkpair (its own QSFP address and interface): a value in the inventory's shared env would
@@ -152,6 +153,9 @@ class Sglang:
                           "models.PROFILE.variants.sglang.serve_args",
     }
     fabric_proof: bool = False
+    # SGLang 0.5.23 reads these only from its command line, where ps and docker inspect show them: refused in a
+    # profile (SECRET_FLAGS), none is passed (sparkpair's own requests then need no key).
+    secret_options: Mapping[str, str] = {}
     # The start as SGLang prints it on each node (tests/fixtures/logs/sglang: public logs, SOURCES.md). The ranks
     # wait on each other from the rendezvous until torch.distributed is up.
     stages: tuple[StageSpec, ...] = (
@@ -185,7 +189,7 @@ class Sglang:
     def container_env(self, inventory: Inventory, node: Node, fabric: recipe.NodeFabric | None) -> dict[str, str]:
         """Each node's own QSFP address as SGLANG_HOST_IP (what SGLang's cross-node MessageQueue advertises),
         Gloo and NCCL's sockets on its cabled twins, NCCL's defaults over a leftover /etc/nccl.conf, the node's
-        own NCCL_IB_HCA and GID index, the HF cache offline."""
+        own NCCL_IB_HCA and GID index, both halves of the cabled port as one NIC, the HF cache offline."""
         own = _own_twin(inventory, node)
         env = {
             "SGLANG_HOST_IP": str(node.links[own].ip),
@@ -193,6 +197,7 @@ class Sglang:
             "NCCL_SOCKET_IFNAME": ",".join(node.links),
             **NCCL_CONF_TRAP,
             **(fabric.env() if fabric else {}),
+            **recipe.merged_halves(node),
             "HF_HOME": recipe.HF_HOME,
             "HF_TOKEN_PATH": recipe.HF_TOKEN_FILE,
             "HF_HUB_OFFLINE": "1",
@@ -287,6 +292,9 @@ class Sglang:
                 near = difflib.get_close_matches(flag_of(name), known["options"], n=1)
                 found.append(f"serve_args.{name}: {version}'s launch_server has no option {flag_of(name)}"
                              + (f" (did you mean {near[0][2:].replace('-', '_')}?)" if near else ""))
+            elif flag in SECRET_FLAGS:
+                found.append(f"serve_args.{name}: SGLang takes {flag} only on its command line, where ps and docker "
+                             "inspect show it; sparkpair does not pass secrets there: remove it")
             elif flag in OWN_FLAGS:
                 found.append(f"serve_args.{name}: {flag} is set by sparkpair from the inventory and the profile; "
                              "remove it")

@@ -90,6 +90,7 @@ def test_an_abbreviation_sglangs_argparse_would_take_is_refused_but_an_alias_is_
 
 @pytest.mark.parametrize(("serve_args", "expected"), [
     ({"port": 9000}, "serve_args.port: --port is set by sparkpair"),
+    ({"api_key": "s3cret"}, "serve_args.api_key: SGLang takes --api-key only on its command line"),
     ({"enable_metrics": True}, "serve_args.enable_metrics: --enable-metrics is set by sparkpair"),
     ({"context_length": "long"}, "serve_args.context_length: --context-length takes a whole number, not 'long'"),
     ({"mem_fraction_static": True}, "serve_args.mem_fraction_static: --mem-fraction-static takes a value, not true"),
