@@ -33,6 +33,7 @@ RUNTIMES: tuple[Registered, ...] = (
     Registered("vllm", "sparkpair.runtimes.vllm", image="nvcr.io/nvidia/vllm:26.05-py3", container="vllm-multinode"),
     Registered("triton", "sparkpair.runtimes.triton", image="nvcr.io/nvidia/tritonserver:26.11-vllm-python-py3",
                container="triton-multinode"),
+    Registered("sglang", "sparkpair.runtimes.sglang", image="lmsysorg/sglang:latest-cu130", container="sglang-multinode"),
 )
 NAMES: tuple[str, ...] = tuple(line.name for line in RUNTIMES)
 DEFAULT = NAMES[0]   # a profile's runtime unless it names one; the runtime of a launch state that names none

@@ -140,9 +140,10 @@ def _measure_level(endpoint: Endpoint, prompts: PromptSet, config: EngineConfig,
     run_streams(endpoint, warmup, level, level, options.max_tokens, advance)
     runtime = runtime_of(config.inventory.profile(config.profile))
     names = runtime.metrics
-    if names.drafts and names.drafted and names.accepted:  # acceptance from the engine's Prometheus counters (vLLM)
+    if names.drafts and (names.drafted and names.accepted or names.accept_length and names.accept_rate):
+        # acceptance from the engine's Prometheus counters (vLLM), or its gauges over the verifies counted (SGLang)
         counters = CounterStats(replace(endpoint, port=runtime.metrics_port(config.inventory)), names.path,
-                                (names.drafted, names.accepted, names.drafts))
+                                (names.drafted, names.accepted, names.drafts), (names.accept_length, names.accept_rate))
         with counters:
             timings, wall_s = run_streams(endpoint, prompts.messages, options.requests, level, options.max_tokens,
                                           advance)

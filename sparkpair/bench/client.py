@@ -241,10 +241,14 @@ def _iteration_counts(item: Field) -> dict[str, Any]:
 class CounterStats:
     """Speculative decoding over a measurement from an engine's Prometheus counters (vLLM's `/metrics`):
     draft tokens, accepted tokens and drafts, read once on entry and once on exit; `acceptance` is the
-    difference (None when the engine counts no drafts, or a read failed: the first problem is kept)."""
+    difference (None when the engine counts no drafts, or a read failed: the first problem is kept). An engine
+    that keeps acceptance as gauges (SGLang: mean tokens per verify, accepted / proposed) names them in
+    `gauges` and no token counters: the drafts (its verifies) are counted, the gauges read on exit."""
 
-    def __init__(self, endpoint: Endpoint, path: str, names: tuple[str, str, str], settle_s: float = 0.5) -> None:
+    def __init__(self, endpoint: Endpoint, path: str, names: tuple[str, str, str],
+                 gauges: tuple[str, str] = ("", ""), settle_s: float = 0.5) -> None:
         self._endpoint, self._path, self._names, self._settle = endpoint, path, names, settle_s
+        self._gauges = gauges
         self._before: dict[str, float] | None = None
         self._after: dict[str, float] | None = None
         self.problem = ""
@@ -273,4 +277,16 @@ class CounterStats:
             return None
         drafted, accepted, drafts = (int(self._after.get(name, 0.0) - self._before.get(name, 0.0))
                                      for name in self._names)
+        if drafts > 0 and all(self._gauges):
+            return acceptance_from_gauges(drafts, *(self._after.get(name, 0.0) for name in self._gauges))
         return Acceptance(drafted, accepted, drafts, drafts) if drafts > 0 else None
+
+
+def acceptance_from_gauges(verifies: int, length: float, rate: float) -> Acceptance | None:
+    """Acceptance over verifies from the mean tokens per verify (accepted drafts + 1) and accepted / proposed
+    draft tokens: accepted = (length - 1) x verifies, proposed = accepted / rate (None when either gauge is not
+    a usable number: no proposal yet)."""
+    if not (length >= 1.0 and 0.0 < rate <= 1.0):
+        return None
+    accepted = round((length - 1.0) * verifies)
+    return Acceptance(round(accepted / rate), accepted, verifies, verifies)

@@ -63,7 +63,8 @@ def bundle_cmd(app: App, out: Path | None, lock_path: Path | None) -> int:
             return lockflow.bundle_files(pair, view, profile, Path(app.inventory_path),
                                          lock_path or store.default_path(app.inventory_path))
 
-        result = bundle(pair, inv, target, Path(app.inventory_path), doctor_json, report.event, lock_files)
+        # the launched runtime's container (its logs, docker inspect), not the default runtime's
+        result = bundle(pair, launched()[0], target, Path(app.inventory_path), doctor_json, report.event, lock_files)
     report.bundle_result(result)
     if len(result.unreached) == len(inv.nodes):   # an archive of no node's evidence is a failure
         report.error_lines([f"collected nothing from any node ({', '.join(result.unreached)}): the archive holds only "

@@ -67,7 +67,7 @@ def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool
     from sparkpair.engine.watch import limits_of, parse_stall_after
     from sparkpair.lockfile import store
     from sparkpair.report import lock as lock_report
-    from sparkpair.runtimes import rank_nodes, runtime_of
+    from sparkpair.runtimes import checked_view, rank_nodes, runtime_of
 
     if model_source not in ("hub", "cached") and not (model_source.startswith("local:/") and len(model_source) > 7):
         raise click.BadParameter("expected hub, cached or local:/ABSOLUTE/PATH", param_hint="--model-source")
@@ -82,6 +82,7 @@ def launch_cmd(app: App, profile: str | None, runtime: str | None, dry_run: bool
     # An unknown profile, a missing variant, ranks that do not fit the nodes or a bad --node: a usage error
     chosen = resolved_profile(inv, profile, runtime)
     rank_nodes(inv, chosen, node)
+    checked_view(inv, chosen)  # a setting the engine does not know is refused before any node is asked
     try:  # the stages of the start of the runtime that will run
         limits = tuple(parse_stall_after(stall_after, limits_of(runtime_of(chosen))).items()) if stall_after else ()
     except ValueError as error:

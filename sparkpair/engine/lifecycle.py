@@ -261,6 +261,8 @@ def status(pair: Pair, inventory: Inventory) -> Status:
         drafted = counters.get(names_of.drafted) if names_of.drafted else None
         accepted = counters.get(names_of.accepted) if names_of.accepted else None
         result.acceptance_rate = accepted / drafted if drafted and accepted is not None else None
+        if names_of.accept_rate and counters.get(names_of.drafts or names_of.accept_rate):
+            result.acceptance_rate = counters.get(names_of.accept_rate)   # a gauge (SGLang's)
     result.state = _overall(result, names, generated)
     if result.state != "stopped" and state is not None and state.running:
         result.uptime_s = round(time.time() - float(state.started), 1)

@@ -135,6 +135,10 @@ CAUSES: tuple[Cause, ...] = (
     Cause("memory.kvcache", "the KV cache does not fit: the longest sequence the engine must hold needs more "
           "KV cache memory than is left after the weights",
           "give the KV cache more of the memory, or the longest sequence fewer tokens"),
+    Cause("memory.held", "the ranks see unequal free GPU memory: another process or a crashed engine container "
+          "holds memory on a node (SGLang refuses to start)",
+          "sparkpair stop; docker ps -a on each node for a leftover engine container (docker rm -f it); "
+          "sparkpair doctor --only memory (drop the page cache where it says so), then launch again"),
     Cause("memory.shm", "the container's /dev/shm is too small for the engine's shared memory",
           "run the engine container with --shm-size 10.24g or --ipc host (sparkpair does); sparkpair "
           "stop, then sparkpair launch"),
@@ -289,6 +293,14 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("memory.kvcache", r"is larger than the maximum number of tokens that can be stored in KV cache"),
     _sig("memory.shm", r"Insufficient space in /dev/shm\b"),
     _sig("engine.died", r"\bEngineDeadError\b|EngineCore encountered an issue", STRONG),
+    # SGLang's.
+    _sig("memory.kvcache", r"Not enough memory(?: to allocate KV cache)?\. Please try to increase "
+                           r"--mem-fraction-static"),
+    _sig("memory.held", r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes"),
+    _sig("fabric.interface", r"failed to format addr, unknown family=\d+", STRONG),
+    _sig("engine.died", r"Received sigquit from a child proc", HINT),
+    _sig("engine.died", followed_by(r"SIGQUIT received\.", r"It usually means one child failed"), HINT),
+    _sig("engine.died", r"\bScheduler hit an exception\b|\bRank \d+ scheduler died\b", HINT),
     _sig("model.access", rf"Invalid repository ID or local directory specified: '{HOST}'"),
     # Triton Inference Server's own lines (the reason inside a load failure is claimed first where it is known).
     _sig("triton.backend", r"unable to find backend library for backend '(?P<subject>[^']+)'"),

@@ -208,6 +208,18 @@ BUILTIN_PROFILES: dict[str, dict[str, Any]] = {
                 "target_gib": 125.0,
                 "draft_gib": 2.0,
             },
+            # SGLang (docs/profiles.md#on-sglang): the same GPTQ-Int4 checkpoint (SGLang's Marlin kernels) with
+            # LMSYS's Eagle3 draft for Qwen3-235B-A22B, three steps at topk 1 (multi-node Eagle needs it).
+            "sglang": {
+                "description": "Qwen3-235B-A22B GPTQ-Int4 + Eagle3, TP=2 across both Sparks on SGLang",
+                "target": "Qwen/Qwen3-235B-A22B-GPTQ-Int4",
+                "draft": "lmsys/Qwen3-235B-A22B-EAGLE3",
+                "decoding_type": "Eagle3",
+                "max_draft_len": 3,
+                "serve_args": {"context_length": 8192, "mem_fraction_static": 0.85, "max_running_requests": 4},
+                "target_gib": 125.0,
+                "draft_gib": 2.0,
+            },
         },
     },
     "gpt-oss-120b": {

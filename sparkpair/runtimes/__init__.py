@@ -10,7 +10,7 @@ serves (`ServingApi`), its Prometheus names and port, the stages of its start wi
 and how often its start is worth watching, its playbook values and fix texts. Holds the `Runtime`
 protocol, `runtime_named` (which imports the module the registry, `sparkpair.registry`, names for a
 runtime) and `runtime_of` here; `openai` (the OpenAI-compatible server TensorRT-LLM's and vLLM's
-engines run) and one module per engine: `trtllm`, `vllm`, `triton`. A new engine is one new module and one
+engines run) and one module per engine: `trtllm`, `vllm`, `triton`, `sglang`. A new engine is one new module and one
 registry line; docs/architecture.md says how.
 
 Pure: no connection (the `pure` contract). May import: only the layers below its own in pyproject.toml's `[tool.importlinter]`
@@ -43,8 +43,10 @@ class Metrics:
     """Where the engine publishes Prometheus text and the names status and bench read from it, each "" when the
     engine has no such counter: requests served, draft tokens proposed and accepted, and `drafts` (the count of
     draft proposals) when bench reads acceptance from these counters; `iterations`, the path of per-iteration
-    JSON statistics bench reads acceptance from instead (TensorRT-LLM's /metrics); `needs`, what the engine
-    needs before it publishes draft statistics (bench's warning names it)."""
+    JSON statistics bench reads acceptance from instead (TensorRT-LLM's /metrics); `accept_length` and
+    `accept_rate`, gauges of the mean tokens per verify and of accepted / proposed draft tokens, for an engine
+    that keeps acceptance only so (SGLang): bench reads them after its requests with `drafts` counting the
+    verifies; `needs`, what the engine needs before it publishes draft statistics (bench's warning names it)."""
 
     path: str
     requests: str = ""
@@ -53,6 +55,8 @@ class Metrics:
     drafts: str = ""
     needs: str = ""
     iterations: str = ""
+    accept_length: str = ""
+    accept_rate: str = ""
 
 
 @dataclass(frozen=True)

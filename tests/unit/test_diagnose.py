@@ -153,7 +153,7 @@ def test_text_without_any_stage_or_failure_gives_nothing() -> None:
 
 
 def test_the_catalog_is_consistent() -> None:
-    assert len(CAUSE_IDS) == len(set(CAUSE_IDS)) == 31
+    assert len(CAUSE_IDS) == len(set(CAUSE_IDS)) == 32
     assert {s.cause for s in SIGNATURES} | {"startup.stalled"} == set(CAUSE_IDS)
     assert all(explained in CAUSE_IDS for s in SIGNATURES for explained in s.explains)
     assert all(cause.summary and cause.fix for cause in CAUSES)

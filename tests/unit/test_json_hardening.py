@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[2]
 NESTED = b"[" * (64 << 10)
 DEEP = b"[" * 100 + b"]" * 100  # parses in Python, but deeper than any document sparkpair reads
 # Modules that read sparkpair's own package data (sparkpair/data/*.json), not anything from outside.
-PACKAGE_DATA_READERS = {"sparkpair/checks/playbook.py", "sparkpair/runtimes/vllm.py", "sparkpair/render/engine_schema.py",
+PACKAGE_DATA_READERS = {"sparkpair/checks/playbook.py", "sparkpair/runtimes/vllm.py", "sparkpair/runtimes/sglang.py",
+                        "sparkpair/render/engine_schema.py",
                         "sparkpair/boundedjson.py"}
 
 

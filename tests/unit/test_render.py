@@ -23,7 +23,8 @@ OTHER_PORT = Path(__file__).parent.parent / "fixtures" / "inventory" / "other-po
 def _rendered(path: Path) -> list[render.RenderedFile]:
     inv = read_inventory(path)
     return [f for name, runtime in (("qwen3-235b", None), ("gpt-oss-120b", None), ("llama-3.3-70b", None),
-                                    ("qwen3-235b", "vllm"), ("gpt-oss-120b", "vllm"), ("qwen3-235b", "triton"))
+                                    ("qwen3-235b", "vllm"), ("gpt-oss-120b", "vllm"), ("qwen3-235b", "triton"),
+                                    ("qwen3-235b", "sglang"))
             for f in render_profile(inv, inv.profile(name, runtime), "inventory.example.yaml")]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import pwd
 import time
 from dataclasses import asdict, dataclass, field
@@ -61,6 +62,9 @@ def plant_models() -> dict:
     account = pwd.getpwnam(USER)
     for repo in (TARGET_REPO, DRAFT_REPO):
         chown_tree(cache / ("models--" + repo.replace("/", "--")), account.pw_uid, account.pw_gid)
+    if (cache / ".locks").exists():   # hf download's lock files: the user's cache, as vllm_models leaves it
+        chown_tree(cache / ".locks", account.pw_uid, account.pw_gid)
+    os.chown(cache, account.pw_uid, account.pw_gid)
     return snapshots
 
 
