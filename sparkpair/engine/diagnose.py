@@ -112,10 +112,11 @@ def cause(cause_id: str) -> Cause:
     return _BY_ID[cause_id]
 
 
-def classify(text: str, runtime: Runtime | None = None) -> list[Diagnosis]:
+def classify(text: str, runtime: Runtime | None = None, watched_s: float | None = None) -> list[Diagnosis]:
     """The likely causes of a failed start in text, most likely first; empty when nothing failed. runtime: the
-    engine that wrote it (None: the one whose start the text shows, if any)."""
-    return examine(text, runtime).findings
+    engine that wrote it (None: the one whose start the text shows, if any); watched_s: how long the launch watch
+    saw the start without progress when it stopped it (its own clock: a stall where nothing else explains it)."""
+    return examine(text, runtime, watched_s).findings
 
 
 def fix_of(cause_id: str, runtime: Runtime | None) -> str:
@@ -150,7 +151,7 @@ class _Hits:
         return -self.weight, CAUSE_IDS.index(cause_id), self.first
 
 
-def examine(text: str, runtime: Runtime | None = None) -> Examination:
+def examine(text: str, runtime: Runtime | None = None, watched_s: float | None = None) -> Examination:
     """The findings in text, whether it shows the server up (by the serving stage of runtime, the engine that
     wrote it; None: the one whose start the text shows, the registry's default when it shows none), and where it
     ends when it shows neither."""
@@ -189,7 +190,7 @@ def examine(text: str, runtime: Runtime | None = None) -> Examination:
     found = [_diagnosis(cause_id, hit, where, runtime) for cause_id, hit in ranked]
     if found or serving or where is None:
         return Examination(found, serving)
-    stalled, elapsed = _stalled(log, where, runtime)
+    stalled, elapsed = _stalled(log, where, runtime, watched_s)
     if stalled is not None:
         return Examination([stalled], serving)
     reached = where.reached
@@ -338,11 +339,20 @@ def _position(log: LogLines, runtime: Runtime | None = None) -> stages.Position 
     return stages.Position(stages.Reached(reached, log.line(latest).strip(), latest), finished, best.stages)
 
 
-def _stalled(log: LogLines, where: stages.Position,
-             runtime: Runtime | None = None) -> tuple[Diagnosis | None, float | None]:
-    """startup.stalled when the log's timestamps show the start past its stage's limit; else None, with the
-    seconds they show after the last stage (None when the log holds no timestamps)."""
+def _stalled(log: LogLines, where: stages.Position, runtime: Runtime | None = None,
+             watched_s: float | None = None) -> tuple[Diagnosis | None, float | None]:
+    """startup.stalled when the log's timestamps show the start past its stage's limit, or the launch watch stopped
+    it after watched_s seconds without progress (its own clock); else None, with the seconds the timestamps show
+    after the last stage (None when the log holds no timestamps)."""
     reached, stage = where.reached, where.current
+    entry = _BY_ID[STALLED]
+    stopped_in = (f"; it stopped in '{stage.name}' ({stage.description})" if where.finished else
+                  f"; it stopped in '{reached.stage.name}'")
+    if watched_s is not None:
+        summary = (f"{entry.summary}: the launch watch saw {watched_s:.0f} s without progress; the last stage "
+                   f"reached is '{reached.stage.name}' ({reached.stage.description}){stopped_in}")
+        return Diagnosis(STALLED, summary, fix_of(STALLED, runtime), _stall_evidence(log, reached.line),
+                         runbook(STALLED)), watched_s
     begin = _stamp_from(log, [reached.index, *reversed(log.before(reached.index, 50))])
     end = _stamp_from(log, log.last_lines(STAMP_LINES), begin.kind) if begin else None
     if begin is None or end is None:
@@ -350,13 +360,17 @@ def _stalled(log: LogLines, where: stages.Position,
     elapsed = end.seconds - begin.seconds
     if elapsed < stage.limit_s:
         return None, max(elapsed, 0.0)
-    entry = _BY_ID[STALLED]
     summary = (f"{entry.summary}: {elapsed:.0f} s from {begin.text} to {end.text} without a new stage, longer than "
                f"the {stage.limit_s:.0f} s '{stage.name}' ({stage.description}) may take; the last stage reached "
-               f"is '{reached.stage.name}'")
+               f"is '{reached.stage.name}'{stopped_in}")
+    return Diagnosis(STALLED, summary, fix_of(STALLED, runtime), _stall_evidence(log, reached.line),
+                     runbook(STALLED)), elapsed
+
+
+def _stall_evidence(log: LogLines, reached: str) -> list[str]:
+    """The line of the last stage reached and the log's last line."""
     last = next((log.line(start).strip() for start in log.last_lines(1)), "")
-    evidence = [line[:MAX_SHOWN] for line in dict.fromkeys([reached.line, last]) if line]
-    return Diagnosis(STALLED, summary, fix_of(STALLED, runtime), evidence, runbook(STALLED)), elapsed
+    return [line[:MAX_SHOWN] for line in dict.fromkeys([reached, last]) if line]
 
 
 def _stamp_from(log: LogLines, starts: list[int], kind: str | None = None) -> Stamp | None:

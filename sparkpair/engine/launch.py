@@ -1,11 +1,10 @@
 """sparkpair launch: from an inventory to an OpenAI-compatible endpoint on the head node.
 
-Preflight (doctor's launch-critical checks) -> engine config on the nodes -> containers on both
-nodes -> models on both nodes -> the runtime's start commands (TensorRT-LLM: mpirun in the head
-container; vLLM: `vllm serve` on every rank node, or a Ray cluster first) -> readiness. A failure
-names its cause from the ranks' logs and tears the partial launch down unless --keep-on-failure.
-Progress goes to a callback; the caller gets a `LaunchResult` (or `plan_launch`'s `LaunchPlan`, the
-dry run). The profile is resolved on its runtime once (`resolve`) and travels as that object.
+Preflight (doctor's launch-critical checks) -> engine config on the nodes -> containers on both nodes -> models on
+both nodes -> the runtime's start commands (TensorRT-LLM: mpirun in the head container; vLLM: `vllm serve` on every
+rank node, or a Ray cluster first) -> readiness. A failure names its cause from the ranks' logs (a stall by the watch's
+own clock) and tears the partial launch down unless --keep-on-failure. Progress goes to a callback; the caller gets a
+`LaunchResult` (`plan_launch`'s `LaunchPlan`: the dry run). The profile is resolved on its runtime once (`resolve`).
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from sparkpair.inventory.profiles import Profile, split_note
 from sparkpair.probes import models
 from sparkpair.progress import Event, Progress
 from sparkpair.render import recipe
-from sparkpair.render.recipe import Start
 from sparkpair.runtimes import Runtime, checked_view, rank_nodes, runtime_of
 from sparkpair.transport import Node, Pair, Shell
 
@@ -110,7 +108,7 @@ def resolve(inventory: Inventory, options: LaunchOptions) -> tuple[Inventory, Pr
     return checked_view(inventory, profile), profile
 
 
-def command_line(starts: list[Start]) -> str:
+def command_line(starts: list[recipe.Start]) -> str:
     """The start commands as the launch state records them: one shell line, or each node's line."""
     if len(starts) == 1:
         return recipe.shell_line(starts[0].argv)
@@ -175,6 +173,7 @@ class _Run:
     started_at: float = field(default_factory=time.time)  # the memory guard's stops since then are this launch's
     stage: str = "writing the engine configuration"
     dirs: dict[str, list[str]] = field(default_factory=dict)   # per node: the directories its config files need
+    stalled_s: float | None = None   # how long the watch saw the start without progress, when it stopped it
 
     def say(self, node: str, text: str) -> None:
         self.progress(Event(node, text))
@@ -330,6 +329,7 @@ def _wait(head: Node, run: _Run) -> Readiness:
                            lambda text: run.say(head.name, text), run.runtime.watch, watch=stalled, api=run.runtime.api,
                            headers=credentials.api_headers(run.runtime, run.profile))
     watchdog.finish("ready" if readiness.ready else "stalled" if readiness.stalled else "stopped waiting")
+    run.stalled_s = watchdog.stall.seconds if readiness.stalled and watchdog.stall else None
     return readiness
 
 
@@ -364,7 +364,7 @@ def _explain_failure(run: _Run, detail: str) -> LaunchFailure:
     texts["mpirun"] = lifecycle.tail_files(head, run.inventory, [launcher], 400) if launcher else ""
     tails = {name: "\n".join(stages.clean_lines(text)[-20:]) for name, text in texts.items()}  # a redrawn bar: once
     guard = memguard.stop_lines(run.pair, run.nodes, run.started_at) + memguard.own_lines(detail)
-    return LaunchFailure(detail, tails, diagnose.classify("\n".join([*guard, *texts.values()]), run.runtime))
+    return LaunchFailure(detail, tails, diagnose.classify("\n".join([*guard, *texts.values()]), run.runtime, run.stalled_s))
 
 
 def _private_dirs(connection: Node, config_dirs: list[str]) -> None:

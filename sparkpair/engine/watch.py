@@ -275,6 +275,7 @@ class Watchdog:
         self.limits = {**limits_of(runtime), **limits}
         self.progress = progress
         self.finished = False
+        self.stall: Stall | None = None  # the stall poll last found: its seconds are the watch's own clock
         self.floor = floor  # bytes of MemAvailable the memory guard keeps: a load that would end under it stops now
         start = stages.of_runtime(runtime.name)
         self.pattern = runtime.process_pattern
@@ -299,7 +300,8 @@ class Watchdog:
         available = {name: found.get("MemAvailable", 0) * 1024 for name, found in meminfo.items() if found}
         loading = {rank.node: (rank.loaded, rank.expected) for rank in self.ranks if rank.processes}
         over = memguard.overshoot(loading, available, self.floor) if self.floor else None
-        return over or stalled(self.ranks, self.limits, now)
+        self.stall = stalled(self.ranks, self.limits, now)
+        return over or self.stall
 
     def finish(self, outcome: str) -> None:
         """Close every rank's live line with how the start ended (ready: what it loaded, in all)."""

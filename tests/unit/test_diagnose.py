@@ -139,6 +139,16 @@ def test_a_log_that_simply_ends_is_no_stall_and_says_where_it_ends() -> None:
         assert result.ended is not None and result.ended.stage == stage and result.ended.elapsed_s == elapsed
 
 
+def test_a_start_the_launch_watch_stopped_is_a_stall_by_the_watchs_clock() -> None:
+    """The same real hang with the launch watch's seconds: startup.stalled, naming where it stopped (launch's
+    failure said nothing of the stall once a log without timestamps stopped being one by itself)."""
+    text = text_of("hang_trtllm_mgmn_startup__1.log")
+    found = diagnose.classify(text, watched_s=95.0)
+    assert [item.cause for item in found] == ["startup.stalled"]
+    assert "the launch watch saw 95 s without progress" in found[0].summary and "it stopped in '" in found[0].summary
+    assert diagnose.classify(text) == []
+
+
 def test_coloured_launcher_output_and_progress_bars_are_read_as_plain_lines() -> None:
     text = ("\x1b[33mmpi_rank: 0\x1b[0m\n\x1b[33mrun mgmn leader node with mpi_world_size: 2 ...\x1b[0m\n"
             "Loading safetensors checkpoint shards:   0% Completed\rLoading safetensors checkpoint shards:  40% Completed\n")
