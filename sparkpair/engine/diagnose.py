@@ -6,9 +6,9 @@ mpirun, trtllm-llmapi-launch, trtllm-serve, vllm serve, NCCL, Gloo, Ray, docker,
 uvicorn output).
 
 How causes are ranked: every line is claimed by the first signature that matches it
-(`engine.signatures`, specific before generic). A cause's strength is its strongest line
-(DECISIVE, STRONG, HINT); HINT lines count only when the log never reached serving. Causes are
-ordered by strength, then by cause and effect (the order of `signatures.CAUSES`: a wrong image
+(`engine.signatures.every_signature`: the shared lines and each runtime's own `failure_lines`, specific before
+generic). A cause's strength is its strongest line (DECISIVE, STRONG, HINT); HINT lines count only when the
+log never reached serving. Causes are ordered by strength, then by cause and effect (the order of `signatures.CAUSES`: a wrong image
 comes before the GPU runtime it breaks, SSH before the daemons it could not start), then by the
 first line that showed them. A consequence line (a signature's `explains`) joins the evidence of the
 best-ranked cause it explains when one was found, and stands as its own cause otherwise: "ORTE was
@@ -44,11 +44,11 @@ from sparkpair.engine.signatures import (
     CAUSE_IDS,
     CAUSES,
     HINT,
-    SIGNATURES,
     STALLED,
     TRACEBACK,
     Cause,
     Signature,
+    every_signature,
 )
 from sparkpair.linepattern import LinePattern, required_words
 from sparkpair.runtimes import Runtime, every_runtime, runtime_named
@@ -160,11 +160,12 @@ def examine(text: str, runtime: Runtime | None = None, watched_s: float | None =
         shown = _shown_runtime(log)
         runtime = runtime_named(shown) if shown else None
     serving = bool(log.matching(stages.of_runtime(runtime.name if runtime else registry.DEFAULT).serving.pattern))
-    firsts, claimed = _claims(log)
+    signatures = every_signature()
+    firsts, claimed = _claims(log, signatures)
     hits: dict[str, _Hits] = {}
     consequences: list[tuple[int, int, str, int]] = []   # (signature index, line start, subject, match at)
     for start, index, subject, at in firsts:
-        signature = SIGNATURES[index]
+        signature = signatures[index]
         if signature.weight == HINT and serving:
             continue
         if signature.explains:
@@ -172,13 +173,13 @@ def examine(text: str, runtime: Runtime | None = None, watched_s: float | None =
         else:
             _record(hits, signature, start, subject, at, log)
     if not serving:
-        consequences += [(len(SIGNATURES), start, "", 0) for start in _traceback_ends(log) if start not in claimed]
+        consequences += [(len(signatures), start, "", 0) for start in _traceback_ends(log) if start not in claimed]
 
     def settling(item: tuple[int, int, str, int]) -> tuple[int, int, int]:   # strongest first, then most specific
-        return -_signature(item[0]).weight, item[0], item[1]
+        return -_signature(signatures, item[0]).weight, item[0], item[1]
 
     for index, start, subject, at in sorted(consequences, key=settling):
-        signature = _signature(index)
+        signature = _signature(signatures, index)
         explained = [cause_id for cause_id in signature.explains if cause_id in hits]
         if explained:
             best = min(explained, key=lambda cause_id: hits[cause_id].rank(cause_id))
@@ -197,15 +198,15 @@ def examine(text: str, runtime: Runtime | None = None, watched_s: float | None =
     return Examination([], serving, Ending(reached.stage.name, reached.stage.description, reached.line, elapsed))
 
 
-def _signature(index: int) -> Signature:
-    """The signature at index, TRACEBACK past the end of SIGNATURES."""
-    return SIGNATURES[index] if index < len(SIGNATURES) else TRACEBACK
+def _signature(signatures: tuple[Signature, ...], index: int) -> Signature:
+    """The signature at index, TRACEBACK past the end of signatures."""
+    return signatures[index] if index < len(signatures) else TRACEBACK
 
 
 @cache
 def _words() -> tuple[str, ...]:
     """Every word of every pattern examine looks for: found in the log in one pass."""
-    patterns = [signature.pattern for signature in (*SIGNATURES, TRACEBACK)]
+    patterns = [signature.pattern for signature in (*every_signature(), TRACEBACK)]
     for runtime in every_runtime():
         start = stages.of_runtime(runtime.name)
         patterns += [stage.pattern for stage in start.stages]
@@ -227,12 +228,12 @@ def _tail(text: str) -> str:
     return cut[cut.find("\n") + 1:]
 
 
-def _claims(log: LogLines) -> tuple[list[tuple[int, int, str, int]], set[int]]:
+def _claims(log: LogLines, signatures: tuple[Signature, ...]) -> tuple[list[tuple[int, int, str, int]], set[int]]:
     """The lines signatures claim: the first line of each distinct text a signature claims, as (start, the
     first matching signature's index, the subject it names, where in the line it matched), and the start of
     every claimed line."""
     wanted: dict[int, list[int]] = {}
-    for index, signature in enumerate(SIGNATURES):
+    for index, signature in enumerate(signatures):
         for start in log.candidates(signature.pattern):
             wanted.setdefault(start, []).append(index)
     firsts: list[tuple[int, int, str, int]] = []
@@ -245,16 +246,16 @@ def _claims(log: LogLines) -> tuple[list[tuple[int, int, str, int]], set[int]]:
             if memo[key] is not None:
                 claimed.add(start)
             continue
-        claim = memo[key] = _claim(key[0], indexes)
+        claim = memo[key] = _claim(key[0], signatures, indexes)
         if claim is not None:
             claimed.add(start)
             firsts.append((start, *claim))
     return firsts, claimed
 
 
-def _claim(line: str, indexes: list[int]) -> tuple[int, str, int] | None:
+def _claim(line: str, signatures: tuple[Signature, ...], indexes: list[int]) -> tuple[int, str, int] | None:
     for index in indexes:   # the line holds one of each signature's words: the quick test is done
-        found = SIGNATURES[index].pattern.regex.search(line)
+        found = signatures[index].pattern.regex.search(line)
         if found:
             return index, (found.groupdict().get("subject") or "").strip(), found.start() - (len(line) - len(line.lstrip()))
     return None

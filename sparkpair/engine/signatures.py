@@ -1,9 +1,11 @@
 """What each launch failure cause is, its fix, and the lines the tools print for it.
 
-Data only. A cause is an id with a one-line summary and a fix in no engine's words (the runtime adds the
-engine's own setting to change: `Runtime.cause_fixes`); a signature is a regular expression
-for one line that NCCL, Gloo, UCX, Open MPI (ORTE/PRRTE), CUDA, NVML, huggingface_hub, uvicorn,
-docker/runc, TensorRT-LLM, PyTorch, Ray or Triton Inference Server print for that cause, in any program's log, with a weight:
+Data, and `every_signature`, which merges the runtimes' own lines in. A cause is an id with a one-line summary and a
+fix in no engine's words (the runtime adds the engine's own setting to change: `Runtime.cause_fixes`); a signature
+is a regular expression for one line that NCCL, Gloo, UCX, Open MPI (ORTE/PRRTE), CUDA, NVML, huggingface_hub,
+uvicorn, docker/runc, TensorRT-LLM, PyTorch, Ray or Triton Inference Server print for that cause, in any program's
+log, or that one engine alone prints (its runtime's `failure_lines`: SGLang's are in `runtimes/sglang.py`), with a
+weight:
 
 - DECISIVE: the line names the cause (e.g. "Host key verification failed");
 - STRONG: the line usually means the cause (e.g. "NCCL error: unhandled system error");
@@ -21,8 +23,11 @@ warning, a lone NV_ERR_NO_MEMORY, CPU affinity warnings) matches nothing here on
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
+from sparkpair import registry
 from sparkpair.linepattern import LinePattern, followed_by
+from sparkpair.runtimes import every_runtime
 
 DECISIVE, STRONG, HINT = 3, 2, 1
 
@@ -197,7 +202,7 @@ SOCKET_ERROR = ("fabric.interface", "fabric.address", "fabric.unreachable", PEER
 IPV4_LOOPBACK = r"127\.\d{1,3}\.\d{1,3}\.\d{1,3}"
 HOST = r"(?P<subject>\S+?)"
 
-SIGNATURES: tuple[Signature, ...] = (
+_BEFORE_ENGINES: tuple[Signature, ...] = (
     # sparkpair's own memory guard and launch watch, in their own words (engine.memguard).
     _sig("memory.guard", rf"stopped by the memory guard on {HOST}:"),
     _sig("memory.overshoot", rf"the load will overshoot the memory floor on {HOST}:"),
@@ -293,14 +298,10 @@ SIGNATURES: tuple[Signature, ...] = (
     _sig("memory.kvcache", r"is larger than the maximum number of tokens that can be stored in KV cache"),
     _sig("memory.shm", r"Insufficient space in /dev/shm\b"),
     _sig("engine.died", r"\bEngineDeadError\b|EngineCore encountered an issue", STRONG),
-    # SGLang's.
-    _sig("memory.kvcache", r"Not enough memory(?: to allocate KV cache)?\. Please try to increase "
-                           r"--mem-fraction-static"),
-    _sig("memory.held", r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes"),
-    _sig("fabric.interface", r"failed to format addr, unknown family=\d+", STRONG),
-    _sig("engine.died", r"Received sigquit from a child proc", HINT),
-    _sig("engine.died", followed_by(r"SIGQUIT received\.", r"It usually means one child failed"), HINT),
-    _sig("engine.died", r"\bScheduler hit an exception\b|\bRank \d+ scheduler died\b", HINT),
+)
+# Each runtime's own lines (`Runtime.failure_lines`) are tried here, between the lines above and below
+# (`every_signature`): after the shared tools' and before the generic lines that could claim an engine's own.
+_AFTER_ENGINES: tuple[Signature, ...] = (
     _sig("model.access", rf"Invalid repository ID or local directory specified: '{HOST}'"),
     # Triton Inference Server's own lines (the reason inside a load failure is claimed first where it is known).
     _sig("triton.backend", r"unable to find backend library for backend '(?P<subject>[^']+)'"),
@@ -346,6 +347,24 @@ SIGNATURES: tuple[Signature, ...] = (
                 r"\bFailed core proc\(s\): \{'", STRONG, explains=KNOWN),
     _sig(FATAL, r"\bexit ?code {0,4}[:=]? {0,2}-?[1-9]", STRONG, explains=KNOWN),
 )
+SIGNATURES: tuple[Signature, ...] = _BEFORE_ENGINES + _AFTER_ENGINES   # the shared lines, in order
+WEIGHTS = {"decisive": DECISIVE, "strong": STRONG, "hint": HINT}
+
+
+def every_signature() -> tuple[Signature, ...]:
+    """The shared lines with every registered runtime's own (`Runtime.failure_lines`) between them, in the order
+    they are tried (ValueError for a runtime line naming no cause of CAUSES: a mistake in its module)."""
+    return _merged(registry.RUNTIMES)
+
+
+@cache
+def _merged(runtimes: tuple[registry.Registered, ...]) -> tuple[Signature, ...]:
+    own = [(runtime.name, line) for runtime in every_runtime() for line in runtime.failure_lines]
+    unknown = [f"{name}: {line.cause}" for name, line in own if line.cause not in CAUSE_IDS]
+    if unknown:
+        raise ValueError(f"failure lines naming no cause of engine.signatures.CAUSES: {', '.join(unknown)}")
+    return _BEFORE_ENGINES + tuple(_sig(line.cause, line.pattern, WEIGHTS[line.weight]) for _, line in own) \
+        + _AFTER_ENGINES
 
 # The last line of a Python traceback is found from its first line (`diagnose`): a crash when the start never
 # came up, evidence of a cause found, else unknown.fatal.

@@ -7,7 +7,8 @@ config files, the commands that start it on each node, the check of its settings
 options, the profile's serve_args and engine_config) against the engine's own definitions, where each
 rank writes its output, how to find and stop its processes, how its HTTP server is asked whether it
 serves (`ServingApi`), its Prometheus names and port, the stages of its start with their stall limits
-and how often its start is worth watching, its playbook values and fix texts. Holds the `Runtime`
+and how often its start is worth watching, its playbook values and fix texts, the failure lines only it prints
+(`FailureLine`, which diagnose merges with the shared ones). Holds the `Runtime`
 protocol, `runtime_named` (which imports the module the registry, `sparkpair.registry`, names for a
 runtime) and `runtime_of` here; `openai` (the OpenAI-compatible server TensorRT-LLM's and vLLM's
 engines run) and one module per engine: `trtllm`, `vllm`, `triton`, `sglang`. A new engine is one new module and one
@@ -22,7 +23,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from sparkpair import registry
 from sparkpair.errors import InventoryError, UsageError
@@ -73,6 +74,20 @@ class StageSpec:
     limit_s: float
     alone: bool = True
     finished: str | None = None
+
+
+@dataclass(frozen=True)
+class FailureLine:
+    """A line only this engine prints for a known cause of a failed start (a cause id of `engine.signatures`, each
+    with its runbook section), proven on a public log: its Python regular expression (linear: `linepattern`'s rules,
+    `linepattern.followed_by` for "A, then B on the line") and its weight: "decisive" (the line names the cause),
+    "strong" (it usually means it) or "hint" (harmless in a start that reached serving). diagnose tries every
+    runtime's lines after the shared tools' (NCCL, MPI, CUDA, Ray) and before the generic ones (model, config, disk,
+    memory, crashes)."""
+
+    cause: str
+    pattern: str
+    weight: Literal["decisive", "strong", "hint"] = "decisive"
 
 
 @dataclass(frozen=True)
@@ -156,6 +171,7 @@ class Runtime(Protocol):
     playbook_fixes: Mapping[str, str]   # a playbook departure key -> its fix ({value}, {profile}) where serve_args
     # or engine_config cannot set it (a flag sparkpair sets from another field)
     cause_fixes: Mapping[str, str]      # a diagnose cause id -> its fix in this engine's words (engine.signatures)
+    failure_lines: tuple[FailureLine, ...]   # the lines of failed starts only this engine prints (diagnose's)
     fabric_proof: bool  # doctor --deep's MPI and NCCL jobs run in its image (its launcher is mpirun)
     secret_options: Mapping[str, str]  # an option whose value is a secret -> the variable the engine reads it from
 

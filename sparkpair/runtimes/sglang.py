@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 from sparkpair.inventory.schema import PORT
 from sparkpair.inventory.validation import spec
+from sparkpair.linepattern import followed_by
 from sparkpair.render import RenderedFile, recipe, render_template
 from sparkpair.render.recipe import Start
-from sparkpair.runtimes import Metrics, ServingApi, StageSpec, Watch, engine_options
+from sparkpair.runtimes import FailureLine, Metrics, ServingApi, StageSpec, Watch, engine_options
 from sparkpair.runtimes.openai import OPENAI
 
 if TYPE_CHECKING:
@@ -152,6 +153,16 @@ class Sglang:
         "memory.kvcache": "raise mem_fraction_static or lower context_length in "
                           "models.PROFILE.variants.sglang.serve_args",
     }
+    # Its failure lines, each proven on a public log (tests/fixtures/logs/SOURCES.md: sglang_*.log).
+    failure_lines: tuple[FailureLine, ...] = (
+        FailureLine("memory.kvcache", r"Not enough memory(?: to allocate KV cache)?\. Please try to increase "
+                                      r"--mem-fraction-static"),
+        FailureLine("memory.held", r"The memory capacity is unbalanced\. Some GPUs may be occupied by other processes"),
+        FailureLine("fabric.interface", r"failed to format addr, unknown family=\d+", "strong"),
+        FailureLine("engine.died", r"Received sigquit from a child proc", "hint"),
+        FailureLine("engine.died", followed_by(r"SIGQUIT received\.", r"It usually means one child failed"), "hint"),
+        FailureLine("engine.died", r"\bScheduler hit an exception\b|\bRank \d+ scheduler died\b", "hint"),
+    )
     fabric_proof: bool = False
     # SGLang 0.5.23 reads these only from its command line, where ps and docker inspect show them: refused in a
     # profile (SECRET_FLAGS), none is passed (sparkpair's own requests then need no key).

@@ -28,7 +28,7 @@ from sparkpair.inventory.validation import spec
 from sparkpair.jsonfields import Field
 from sparkpair.render import RenderedFile, recipe, render_template
 from sparkpair.render.recipe import Start
-from sparkpair.runtimes import Metrics, Request, ServingApi, StageSpec, Watch, engine_options
+from sparkpair.runtimes import FailureLine, Metrics, Request, ServingApi, StageSpec, Watch, engine_options
 from sparkpair.runtimes import vllm as vllm_runtime
 
 if TYPE_CHECKING:
@@ -165,6 +165,8 @@ class Triton:
         "memory.kvcache": "lower max_model_len (models.PROFILE.variants.triton.serve_args.max_model_len) or raise "
                           "gpu_memory_utilization",
     }
+    # Its lines stay engine.signatures' own: its model-load line must come after the generic memory lines.
+    failure_lines: tuple[FailureLine, ...] = ()
     fabric_proof: bool = False
     # Triton's HTTP front end takes no key, and model.json holds engine arguments only (vLLM's api_key is its API
     # server's, not an engine argument: problems refuses it).

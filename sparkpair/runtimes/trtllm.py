@@ -16,7 +16,7 @@ from sparkpair.errors import RenderError
 from sparkpair.linepattern import followed_by
 from sparkpair.render import RenderedFile, node_config_files, recipe, trtllm_files
 from sparkpair.render.recipe import Start
-from sparkpair.runtimes import Metrics, ServingApi, StageSpec, Watch
+from sparkpair.runtimes import FailureLine, Metrics, ServingApi, StageSpec, Watch
 from sparkpair.runtimes.openai import OPENAI
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ class TensorRtLlm:
         "memory.oom": "lower kv_cache_config.free_gpu_memory_fraction under models.PROFILE.engine_config",
         "memory.kvcache": "raise kv_cache_config.free_gpu_memory_fraction under models.PROFILE.engine_config",
     }
+    failure_lines: tuple[FailureLine, ...] = ()   # its lines are engine.signatures' own
     fabric_proof: bool = True
     secret_options: Mapping[str, str] = {}  # trtllm-serve takes no secret option (the HF token travels as a file)
     # limit_s: executor as long as warm-up: TensorRT-LLM allocates a first KV cache (the executor stage's line)

@@ -23,7 +23,7 @@ from sparkpair.inventory.schema import PORT
 from sparkpair.inventory.validation import Choice, spec
 from sparkpair.render import RenderedFile, recipe, render_template
 from sparkpair.render.recipe import Start
-from sparkpair.runtimes import Metrics, ServingApi, StageSpec, Watch, engine_options
+from sparkpair.runtimes import FailureLine, Metrics, ServingApi, StageSpec, Watch, engine_options
 from sparkpair.runtimes.openai import OPENAI
 
 if TYPE_CHECKING:
@@ -118,6 +118,7 @@ class Vllm:
         "ray.placement": "VLLM_HOST_IP is the node's QSFP twin address (sparkpair sets it); or leave Ray: "
                          "engines.vllm.options.multinode: native (the default)",
     }
+    failure_lines: tuple[FailureLine, ...] = ()   # its lines are engine.signatures' own
     fabric_proof: bool = False
     # The start as vLLM 0.32 prints it (tests/fixtures/logs/vllm: real logs of the simulated pair's vLLM). The
     # ranks wait on each other while torch.distributed joins them and while KV cache sizes are agreed.

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from sparkpair import linepattern
 from sparkpair.engine import watch
-from sparkpair.engine.signatures import SIGNATURES
+from sparkpair.engine.signatures import every_signature
 from sparkpair.linepattern import LinePattern, fold, required_words
 
 try:
@@ -38,7 +38,7 @@ LINE = 4096  # stages.clean_lines cuts every line to this: the longest line a pa
 LINE_BUDGET_S = 0.005  # a linear search of LINE characters takes < 1 ms here; the old quadratic ones 10-700 ms
 
 PATTERNS: dict[str, LinePattern] = {
-    **{f"signature {index} ({s.cause})": s.pattern for index, s in enumerate(SIGNATURES)},
+    **{f"signature {index} ({s.cause})": s.pattern for index, s in enumerate(every_signature())},
     **{f"stage {stage.name}": stage.pattern for stage in stages.STAGES},
     **{f"finished {name}": LinePattern(pattern) for name, pattern in stages.FINISHED.items()},
     "ansi escape": LinePattern(stages.ANSI_ESCAPE),
@@ -141,8 +141,8 @@ def test_every_pattern_is_linear_on_lines_made_to_hurt_it(name: str) -> None:
 
 
 def test_the_two_reported_lines_are_linear_now() -> None:
-    validation = next(s.pattern for s in SIGNATURES if "validation error" in s.pattern.regex.pattern)
-    keyword = next(s.pattern for s in SIGNATURES if "unexpected keyword argument" in s.pattern.regex.pattern)
+    validation = next(s.pattern for s in every_signature() if "validation error" in s.pattern.regex.pattern)
+    keyword = next(s.pattern for s in every_signature() if "unexpected keyword argument" in s.pattern.regex.pattern)
     assert seconds(validation.regex, "1" * (LINE - 20) + " validation error") < LINE_BUDGET_S
     assert seconds(keyword.regex, "_" * (LINE - 60) + ".__init__() got an unexpected keyword argument '") < LINE_BUDGET_S
     assert validation.search("pydantic_core._pydantic_core.ValidationError: 2 validation errors for TorchLlmArgs")
@@ -165,7 +165,7 @@ REWRITTEN = {
         followed_by(r"\bNCCL INFO\b", r"\b(?:Init (?:START|COMPLETE)|Bootstrap|comm 0x|Using network|NET/)"),
     r"\bAllocated .*\bKV cache\b": followed_by(r"\bAllocated ", r"\bKV cache\b"),
 }
-IN_USE = [s.pattern.regex.pattern for s in SIGNATURES] + [stage.pattern.regex.pattern for stage in stages.STAGES]
+IN_USE = [s.pattern.regex.pattern for s in every_signature()] + [stage.pattern.regex.pattern for stage in stages.STAGES]
 
 
 @pytest.mark.parametrize("old", sorted(REWRITTEN))
@@ -199,7 +199,7 @@ def test_the_quick_test_passes_every_line_the_expression_matches(name: str) -> N
 
 
 def test_the_signatures_and_stages_all_have_a_quick_test() -> None:
-    assert all(s.pattern.words for s in SIGNATURES) and all(stage.pattern.words for stage in stages.STAGES)
+    assert all(s.pattern.words for s in every_signature()) and all(stage.pattern.words for stage in stages.STAGES)
     assert all(pattern.regex.pattern.isascii() for pattern in PATTERNS.values())
 
 

@@ -2,7 +2,7 @@
 its own inventory options, profile settings checked by its own definitions, a server that is not OpenAI's
 (Triton's KServe-style paths: /v2/health/ready, /v2/models/<m>/ready, /v2/models/<m>/generate), Prometheus on a
 port of its own, a model repository among its config files, no draft counters, its own stages and stall limits,
-no playbook. tests/unit/test_seam_third_runtime.py registers it with one registry line."""
+its own failure lines, no playbook. tests/unit/test_seam_third_runtime.py registers it with one registry line."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from sparkpair.inventory.validation import Choice, spec
 from sparkpair.jsonfields import Field
 from sparkpair.render import RenderedFile, recipe
 from sparkpair.render.recipe import Start
-from sparkpair.runtimes import Metrics, Request, ServingApi, StageSpec, Watch, engine_options
+from sparkpair.runtimes import FailureLine, Metrics, Request, ServingApi, StageSpec, Watch, engine_options
 
 if TYPE_CHECKING:
     from sparkpair.inventory import Inventory, Node
@@ -91,6 +91,10 @@ class Third:
     playbook: str | None = None
     playbook_fixes: Mapping[str, str] = {}
     cause_fixes: Mapping[str, str] = {"memory.oom": "lower instance_count under the profile's engine_config"}
+    failure_lines: tuple[FailureLine, ...] = (   # lines only it prints (hand-made: a throwaway engine's)
+        FailureLine("memory.kvcache", r"\bthird-serve: KV pool of \d+ blocks cannot hold max_batch\b"),
+        FailureLine("engine.died", r"\bthird worker \d+ vanished\b", "hint"),
+    )
     fabric_proof = False
     secret_options: Mapping[str, str] = {}
 
