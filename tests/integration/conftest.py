@@ -187,6 +187,41 @@ def with_forged_host_key(bed, tmp_path: Path, address: str) -> Path:
     return path
 
 
+# vLLM's CPU build compiles its model with torch.compile at every start unless told not to (about 40 s of each
+# start here). Tests that prove something other than the default start (a fault, a split, training) serve
+# eagerly, as the vLLM backend's sample model.json does; the module sharing one default start keeps compiling.
+EAGER_VLLM = {"models": {"qwen3-235b": {"variants": {"vllm": {"serve_args": {"enforce_eager": True}}}}}}
+
+
+def merged(into: dict, more: dict) -> dict:
+    """INTO with MORE merged in, nested mappings key by key (a copy; neither argument changes)."""
+    result = dict(into)
+    for key, value in more.items():
+        result[key] = merged(result[key], value) if isinstance(value, dict) and isinstance(result.get(key), dict) \
+            else value
+    return result
+
+
+def variant_inventory(inventory: Path, folder: Path, *changes: dict) -> Path:
+    """INVENTORY's data with each of CHANGES merged in (nested mappings key by key), written in FOLDER."""
+    data = yaml.safe_load(Path(inventory).read_text())
+    for change in changes:
+        data = merged(data, change)
+    path = folder / "inventory.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+class WithInventory:
+    """The pair, with another inventory in place of its own (exec and everything else are the pair's)."""
+
+    def __init__(self, bed, inventory: Path) -> None:
+        self._bed, self.inventory = bed, inventory
+
+    def __getattr__(self, name: str):
+        return getattr(self._bed, name)
+
+
 @pytest.fixture
 def sparkpair(testbed):
     """sparkpair(*args, env=None) -> Run against the simulated pair's inventory."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_sparkpair
+from conftest import EAGER_VLLM, run_sparkpair, variant_inventory
 
 NODES = ("spark-a", "spark-b", "spark-c", "spark-d")
 TWINS = ("enp1s0f1np1", "enP2p1s0f1np1")   # each node's port f1 to the switch
@@ -131,8 +131,9 @@ def test_diff_puts_the_four_nodes_side_by_side_a_planted_kernel_first(switch_of_
     assert healthy.code == 0 and "≠" not in healthy.out, healthy.text
 
 
-def test_the_real_vllm_reaches_ready_at_tp4_with_nnodes_4(switch_of_four) -> None:
-    bed, path = switch_of_four
+def test_the_real_vllm_reaches_ready_at_tp4_with_nnodes_4(switch_of_four, tmp_path: Path) -> None:
+    bed, split = switch_of_four
+    path = variant_inventory(split, tmp_path, EAGER_VLLM)  # four ranks compiling on two cores took minutes
     bed.vllm()  # the vLLM image in every node's engine, the tiny target and draft in the head's cache
     run = run_sparkpair(path, "launch", "qwen3-235b", "--runtime", "vllm", "--timeout", "1500", timeout=1800)
     assert run.code == 0 and "ready in" in run.out, run.text

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ensure_networked, run_sparkpair
+from conftest import WithInventory, ensure_networked, run_sparkpair, variant_inventory
 
 TARGET = "Qwen/Qwen3-235B-A22B-GPTQ-Int4"
 CONTAINER = "vllm-multinode"
@@ -34,35 +34,14 @@ def _containers(bed, node: str) -> str:
 
 def _variant(bed, tmp_path: Path, changes: dict) -> Path:
     """The pair's inventory with changes merged in (nested mappings merged key by key)."""
-    data = yaml.safe_load(Path(bed.inventory).read_text())
-
-    def merge(into: dict, more: dict) -> None:
-        for key, value in more.items():
-            if isinstance(value, dict) and isinstance(into.get(key), dict):
-                merge(into[key], value)
-            else:
-                into[key] = value
-    merge(data, changes)
-    path = tmp_path / "inventory.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-class Keyed:
-    """The pair, with an inventory whose vLLM profile sets an API key (everything else as the pair's)."""
-
-    def __init__(self, bed, inventory: Path) -> None:
-        self._bed, self.inventory = bed, inventory
-
-    def __getattr__(self, name: str):  # exec and the rest: the pair's own
-        return getattr(self._bed, name)
+    return variant_inventory(bed.inventory, tmp_path, changes)
 
 
 @pytest.fixture(scope="module")
 def served(testbed, testbed_vllm, tmp_path_factory):
     """One vLLM start across both nodes for the module's tests, with an API key; stopped at the end."""
     ensure_networked(testbed)
-    keyed = Keyed(testbed, _variant(testbed, tmp_path_factory.mktemp("keyed"), {"models": {"qwen3-235b": {
+    keyed = WithInventory(testbed, _variant(testbed, tmp_path_factory.mktemp("keyed"), {"models": {"qwen3-235b": {
         "variants": {"vllm": {"serve_args": {"api_key": API_KEY}}}}}}))
     run_sparkpair(keyed.inventory, "stop")
     run = run_sparkpair(keyed.inventory, *LAUNCH, timeout=1200)
@@ -258,7 +237,8 @@ def _diagnosed_from_saved_logs(bed) -> list[str]:
 
 @pytest.mark.parametrize(("changes", "cause"), [
     ({"vllm": {"env": {"GLOO_SOCKET_IFNAME": "enp9s9f9np9"}}}, "fabric.interface"),
-    ({"models": {"qwen3-235b": {"variants": {"vllm": {"serve_args": {"max_model_len": 1048576}}}}},
+    ({"models": {"qwen3-235b": {"variants": {"vllm": {"serve_args": {"max_model_len": 1048576,
+                                                                                 "enforce_eager": True}}}}},
       "vllm": {"env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}}}, "memory.kvcache"),
 ], ids=["gloo-interface", "kv-cache"])
 def test_a_real_fault_is_named_by_launch_and_by_diagnose(served, tmp_path: Path, changes: dict, cause: str) -> None:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Background, ensure_networked, run_sparkpair
+from conftest import EAGER_VLLM, Background, WithInventory, ensure_networked, run_sparkpair, variant_inventory
 
 NAME = "local/qwen3-tiny-eagle3-ci"
 SLUG = "local--qwen3-tiny-eagle3-ci"
@@ -36,14 +36,15 @@ def _on(bed, node: str, command: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def modelopt(testbed, testbed_vllm):
-    """The ModelOpt image in both engines, the network set up, no earlier run of this draft anywhere."""
+def modelopt(testbed, testbed_vllm, tmp_path_factory):
+    """The ModelOpt image in both engines, the network set up, no earlier run of this draft anywhere; the pair
+    with an inventory whose vLLM serves eagerly (the module's starts without torch.compile's minute each)."""
     testbed.cli("modelopt", timeout=2400)
     ensure_networked(testbed)
     for node in ("spark-a", "spark-b"):
         _on(testbed, node, f"rm -rf {REPO} {RECORD} ~/.sparkpair/drafts/{SLUG}")
     run_sparkpair(testbed.inventory, "stop")
-    yield testbed
+    yield WithInventory(testbed, variant_inventory(testbed.inventory, tmp_path_factory.mktemp("eager"), EAGER_VLLM))
     run_sparkpair(testbed.inventory, "stop")
 
 

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import ensure_networked, run_sparkpair
+from conftest import EAGER_VLLM, WithInventory, ensure_networked, run_sparkpair, variant_inventory
 
 # test_train_draft.py's draft and settings (the same data step: its record is found and reused)
 NAME = "local/qwen3-tiny-eagle3-ci"
@@ -42,9 +42,10 @@ def offline(testbed, testbed_vllm, tmp_path_factory):
     for node in ("spark-a", "spark-b"):   # no hidden states from an earlier run: the copy to the worker is this one
         _on(testbed, node, f"rm -rf {HIDDEN} ~/.cache/huggingface/sparkpair-models/{SLUG}-hidden")
     out = tmp_path_factory.mktemp("train-draft-offline")
-    run = run_sparkpair(testbed.inventory, *COMMON, *OFFLINE, "--steps", STEPS, "--out", str(out), "--json",
+    eager = variant_inventory(testbed.inventory, tmp_path_factory.mktemp("eager"), EAGER_VLLM)  # as test_train_draft
+    run = run_sparkpair(eager, *COMMON, *OFFLINE, "--steps", STEPS, "--out", str(out), "--json",
                         timeout=2700)
-    yield testbed, run, out
+    yield WithInventory(testbed, eager), run, out
     run_sparkpair(testbed.inventory, "stop")
 
 

@@ -446,6 +446,7 @@ def leftovers() -> list:
     return found
 
 
+@pytest.mark.takes_the_pair_down
 def test_down_leaves_nothing(testbed):
     testbed.cli("down")
     assert leftovers() == []

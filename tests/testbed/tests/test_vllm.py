@@ -38,6 +38,7 @@ LFS_NAMES = re.compile(r"(\.safetensors|^tokenizer\.json)$")
 START_TIMEOUT = 900
 RAY_CONTAINER = "sparkpair-testbed-vllm-ray"
 RAY_JOIN_TIMEOUT = 180
+EAGER = ("--enforce-eager",)
 
 
 @dataclass
@@ -62,7 +63,10 @@ def vllm_tp2(testbed, testbed_vllm, tmp_path_factory):
         for node in NODES:
             vllm_serve.start_container(node, vllm_serve.container_env(node))
         timings["containers"] = time.monotonic() - begin
-        serving = vllm_serve.serve(tmp_path_factory.mktemp("vllm"), vllm_serve.serve_argv(0), vllm_serve.serve_argv(1))
+        # eager (no torch.compile: about 40 s of the start here), as the vLLM backend's sample model.json; sparkpair's
+        # own default start, compiled, is test_launch_vllm's
+        serving = vllm_serve.serve(tmp_path_factory.mktemp("vllm"), vllm_serve.serve_argv(0, extra=EAGER),
+                                   vllm_serve.serve_argv(1, extra=EAGER))
         timings["ready"] = vllm_serve.wait_ready(serving, START_TIMEOUT)
         rss = {node.name: round(vllm_serve.rss_mib(node)) for node in NODES}
         print(f"\nvLLM TP=2 + Eagle3 timings (s): {json.dumps({k: round(v, 1) for k, v in timings.items()})}; "
