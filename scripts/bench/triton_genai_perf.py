@@ -36,6 +36,9 @@ from sparkpair_testbed.vllm_models import hub_dir
 ROOT = Path(__file__).resolve().parents[2]
 GRPC_PORT = 8001
 EXPORT = "profile_export_genai_perf.json"
+# sparkpair bench's sampling parameters for Triton (runtimes/triton.py TritonApi: temperature 0, the input left out
+# of text_output); GenAI-Perf puts --extra-inputs beside text_input, which Triton hands to the request's parameters.
+SAME_AS_BENCH = ("--extra-inputs", "temperature:0", "--extra-inputs", "exclude_input_in_output:true")
 PROMPT = ("Write a short story of about 300 words about a lighthouse keeper who finds a message in a bottle addressed "
           "to her grandmother.")  # the first of sparkpair's bundled prompts
 
@@ -63,11 +66,12 @@ def genai_perf_argv(args: argparse.Namespace, tokenizer: str) -> list[str]:
     if args.endpoint_type == "kserve":  # sampling_parameters {"max_tokens": N, "min_tokens": N}
         target = ["--endpoint-type", "kserve", "--backend", "vllm", "--url", f"{parts.hostname}:{GRPC_PORT}",
                   "--output-tokens-mean-deterministic"]
-    else:  # max_tokens and ignore_eos beside text_input: Triton hands keys that name no input to the request's parameters.
+    else:  # max_tokens and the sampling beside text_input: Triton hands keys that name no input to the request's parameters.
         # GenAI-Perf 0.0.16 posts streaming requests to .../generate, which Triton refuses for the decoupled vLLM
         # backend ("generate expects model to produce exactly 1 response, use generate stream ..."): name the stream URL.
+        # The sampling bench sends (greedy, only the new text back), so both time the same generation.
         target = ["--endpoint-type", "generate", "--url", f"{parts.scheme}://{parts.netloc}",
-                  "--endpoint", f"v2/models/{args.model}/generate_stream", "--extra-inputs", "ignore_eos:true"]
+                  "--endpoint", f"v2/models/{args.model}/generate_stream", *SAME_AS_BENCH]
     inputs = ["--input-file", "/in/inputs.jsonl"] if args.sparkpair_inventory else \
         ["--synthetic-input-tokens-mean", str(args.isl), "--synthetic-input-tokens-stddev", "0"]
     return ["genai-perf", "profile", "-m", args.model, *target, "--streaming", "--tokenizer", tokenizer,

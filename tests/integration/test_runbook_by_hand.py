@@ -1,6 +1,6 @@
 """A rendered runbook, run by hand on the simulated pair, reaches a serving endpoint (issue 38, item 5).
 
-`sparkpair render` writes qwen3-235b's launch.sh for the pair's inventory (the stand-in TensorRT-LLM image);
+`sparkpair render` writes qwen3-235b's launch.sh for the pair's inventory (the stand-in TensorRT-LLM's; CASES);
 each numbered step then runs as written where its header says: `[on this machine]` in a shell here with the
 inventory in SPARKPAIR_INVENTORY, `[on spark-a]` / `[on spark-b]` over SSH as the inventory's user, the lines
 fed to `bash -euo pipefail`. The one step that is an instruction (copy the rendered files) is done as a
@@ -16,9 +16,14 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import run_sparkpair
+import pytest
+from conftest import WithInventory, run_sparkpair, variant_inventory
+
+from sparkpair.runtimes import runtime_named
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILE = "qwen3-235b"
@@ -50,41 +55,76 @@ def on_node(bed, node: str, lines: list[str]) -> subprocess.CompletedProcess:
 
 
 def copy_rendered(bed, node: str, rendered: Path, listed: list[str]) -> None:
-    """Step 2's instruction: each listed ~/.sparkpair/config file from render's folder (the node's own first)."""
+    """Step 2's instruction: each listed ~/.sparkpair/config file (a path under it for a model repository's) from
+    render's folder for the runtime, the node's own copy first, then the profile's, then the runtime's shared one."""
     for entry in listed:
-        name = entry.rsplit("/", 1)[-1]
-        source = next(path for path in (rendered / node / name, rendered / PROFILE / name, rendered / name)
-                      if path.is_file())
+        relative = entry.split("/.sparkpair/config/", 1)[1]
+        source = next(path for path in (rendered / node / relative, rendered / PROFILE / relative,
+                                        rendered / relative) if path.is_file())
         mode = "755" if os.access(source, os.X_OK) else "644"
-        done = subprocess.run(bed.ssh_argv(node) + [f"cat > .sparkpair/config/{name} && chmod {mode} "
-                                                    f".sparkpair/config/{name}"],
+        target = f".sparkpair/config/{relative}"
+        done = subprocess.run(bed.ssh_argv(node) + [f"mkdir -p \"$(dirname {target})\" && cat > {target} && "
+                                                    f"chmod {mode} {target}"],
                               input=source.read_text(), capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
 
 
-def test_the_rendered_runbook_run_by_hand_serves_a_completion(stopped, tmp_path: Path) -> None:
+def openai_answer(stdout: str) -> str:
+    """The readiness step's chat completion (the last line it printed): the answer's text."""
+    return str(json.loads(stdout.splitlines()[-1])["choices"][0]["message"]["content"])
+
+
+def triton_answer(stdout: str) -> str:
+    """The readiness step's generation through Triton's generate endpoint (the last line): its text_output."""
+    return str(json.loads(stdout.splitlines()[-1])["text_output"])
+
+
+@dataclass(frozen=True)
+class Case:
+    """One runtime's runbook: its render arguments and folder, the inventory changes it runs with, its container,
+    how its readiness answer reads, and the testbed setup it needs beyond the pair (a fixture's name)."""
+
+    runtime: str
+    changes: dict
+    container: str
+    answer: Callable[[str], str]
+    needs: str = ""
+
+
+CASES = [
+    Case("trtllm", {}, "trtllm-multinode", openai_answer),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.runtime for case in CASES])
+def test_the_rendered_runbook_run_by_hand_serves_a_completion(stopped, tmp_path: Path, request, case: Case) -> None:
+    if case.needs:
+        request.getfixturevalue(case.needs)
+    inventory = variant_inventory(stopped.inventory, tmp_path, case.changes)
+    bed = WithInventory(stopped, inventory)
     rendered = tmp_path / "rendered"
-    render = run_sparkpair(stopped.inventory, "render", PROFILE, "--out", rendered)
+    chosen = ("--runtime", case.runtime) if case.runtime != "trtllm" else ()
+    render = run_sparkpair(inventory, "render", PROFILE, *chosen, "--out", rendered)
     assert render.code == 0, render.text
-    script = steps(rendered / PROFILE / "launch.sh")
+    folder = rendered / runtime_named(case.runtime).render_dir
+    script = steps(folder / PROFILE / "launch.sh")
     assert [title.split(":")[0] for title, _, _ in script][:2] == ["Preflight", "Files"]
     answered = ""
     try:
         for title, where, lines in script:
             commands = [line for line in lines if not line.startswith("#")]
             for place in where:
-                done = on_this_machine(stopped, commands) if place == "this machine" else \
-                    on_node(stopped, place, commands)
+                done = on_this_machine(bed, commands) if place == "this machine" else on_node(bed, place, commands)
                 assert done.returncode == 0, f"step '{title}' on {place}:\n{done.stdout}{done.stderr}"
                 if title.startswith("Files"):
-                    copy_rendered(stopped, place, rendered, [line.split()[-1] for line in lines
-                                                             if line.startswith("#   ")])
+                    copy_rendered(bed, place, folder, [line.split()[-1] for line in lines if line.startswith("#   ")])
                 if title.startswith("Readiness"):
                     answered = done.stdout
-        completion = json.loads(answered.splitlines()[-1])
-        assert completion["choices"][0]["message"]["content"].strip()
+        assert case.answer(answered).strip(), answered
         for node in ("spark-a", "spark-b"):   # the stop step ran on both
             names = stopped.exec(node, "docker ps -a --format '{{.Names}}'").stdout.split()
-            assert "trtllm-multinode" not in names
+            assert case.container not in names
     finally:
-        run_sparkpair(stopped.inventory, "stop")
+        run_sparkpair(inventory, "stop")
+        for node in ("spark-a", "spark-b"):   # a step that failed may have left the runbook's container
+            stopped.exec(node, f"docker rm -f {case.container} >/dev/null 2>&1 || true", check=False)
