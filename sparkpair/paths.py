@@ -30,7 +30,6 @@ VERIFIED_RESULT = f"{STATE_DIR}/state/verified-result"  # doctor's last clean ve
 NODE_KEY = "~/.ssh/id_ed25519"                     # the node's own key for node-to-node SSH (mpirun)
 KNOWN_HOSTS = "~/.ssh/known_hosts"
 AUTHORIZED_KEYS = "~/.ssh/authorized_keys"
-UPLOAD_PREFIX = "~/.sparkpair-upload-"             # private staging of a root-owned file before install
 
 # On each node, system paths (sudo).
 NETPLAN_FILE = "40-sparkpair-cx7.yaml"

@@ -1,8 +1,10 @@
 """The plain file commands sparkpair's shell lines are made of, carried out on an in-memory file system
 (tests/fakenode.py's `files_behave`): `[ -e P ]` (`-f`, `-d`, `-L`, `!`), `test`, `mkdir -p [-m M]`, `cp -a`,
 `mv -f`, `rm -f`, `cmp -s`, `ls -A`, `echo`, `:`, `true`, `false`, `> P` and `2>/dev/null`, joined by
-`if/then/else/fi`, `&&`, `||` and `;`. Anything else is not carried out (`answer` gives None), so a scripted
-node never pretends to run a command it does not understand."""
+`if/then/else/fi`, `&&`, `||` and `;`; and the root helper's file verbs (`sparkpair-root backup`, `remove`,
+`restore-backup`, `differs`, `first-touch-list`, `first-touch-put-back`, `first-touch-clear`: `ROOT_FILE_VERBS`,
+each as the plain commands sparkpair/data/sparkpair-root runs for it). Anything else is not carried out
+(`answer` gives None), so a scripted node never pretends to run a command it does not understand."""
 
 from __future__ import annotations
 
@@ -11,6 +13,48 @@ import shlex
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+from urllib.parse import quote
+
+ROOT_WORD = "sparkpair-root"  # how a root helper's verb reads in a command's shown text
+BACKUPS, FIRST_TOUCH = "/var/backups/sparkpair", "/var/backups/sparkpair/first-touch"
+
+
+def _backup(stamp: str, path: str) -> str:
+    return f"{BACKUPS}/{stamp}/{path.strip('/').replace('/', '%')}"
+
+
+def _record(path: str) -> str:
+    return f"{FIRST_TOUCH}/{quote(path, safe='')}"
+
+
+def _q(*words: str) -> list[str]:
+    return [shlex.quote(word) for word in words]
+
+
+def _root_backup(stamp: str, path: str, *first: str) -> str:
+    p, store, backup, base = _q(path, f"{BACKUPS}/{stamp}", _backup(stamp, path), _record(path))
+    record = (f"if [ ! -e {base} ] && [ ! -e {base}.absent ]; then mkdir -p -m 700 {FIRST_TOUCH} && if [ -e {p} ] || "
+              f"[ -L {p} ]; then cp -a {p} {base}.new && mv -f {base}.new {base}; else : > {base}.absent; fi; fi && "
+              if first == ("first-touch",) else "")
+    return record + f"if [ -e {p} ]; then mkdir -p {store} && cp -a {p} {backup} && echo saved; fi"
+
+
+def _root_put_back(path: str) -> str:
+    p, copy = _q(path, _record(path))
+    return (f"if [ -e {copy} ]; then if cmp -s {copy} {p}; then echo same; else cp -a {copy} {p} && echo done; fi; "
+            f"else if [ -e {p} ]; then rm -f {p} && echo done; fi; fi")
+
+
+ROOT_FILE_VERBS = {
+    "backup": _root_backup,
+    "remove": lambda path: f"rm -f {shlex.quote(path)}",
+    "restore-backup": lambda stamp, path: f"cp -a {' '.join(_q(_backup(stamp, path), path))}",
+    "differs": lambda stamp, path, was: (f"cmp -s {' '.join(_q(_backup(stamp, path), path))}" if was == "saved" else
+                                         f"[ ! -e {shlex.quote(path)} ]"),
+    "first-touch-list": lambda: f"ls -A {FIRST_TOUCH}",
+    "first-touch-put-back": _root_put_back,
+    "first-touch-clear": lambda: f"rm -f {FIRST_TOUCH}/*",
+}
 
 
 @dataclass
@@ -127,6 +171,8 @@ class FileShell:
         words, target = _redirected(words)
         name, args = words[0], words[1:]
         files = self.node.files
+        if name == ROOT_WORD and args and args[0] in ROOT_FILE_VERBS and target is None:
+            return self._root(args[0], args[1:])
         if name in ("[", "test"):
             return 0 if self._test(args[:-1] if name == "[" else args) else 1
         if name in (":", "true") and not args:
@@ -171,6 +217,24 @@ class FileShell:
             self.out.append("".join(f"{entry}\n" for entry in found))
             return 0 if self._exists(args[1]) else 2
         raise NotPlain(name)
+
+    def _root(self, verb: str, args: list[str]) -> int:
+        """A root helper's file verb, carried out as the plain commands it runs on the same files."""
+        try:
+            text = ROOT_FILE_VERBS[verb](*args)
+        except TypeError:
+            raise NotPlain(f"{ROOT_WORD} {verb} with {len(args)} arguments") from None
+        if verb == "first-touch-clear":
+            for path in [path for path in self.node.files if path.startswith(FIRST_TOUCH + "/")]:
+                del self.node.files[path]
+            self.node.dirs.discard(FIRST_TOUCH)
+            return 0
+        inner = FileShell(self.node.files, self.node.dirs)
+        done = inner.answer(text)
+        if done is None:
+            raise NotPlain(verb)
+        self.out.append(done[0])
+        return 0 if verb == "first-touch-list" else done[1]
 
     def _test(self, args: list[str]) -> bool:
         if args[:1] == ["!"]:

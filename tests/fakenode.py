@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any
 
 import paramiko
-from fakefiles import FileShell
+from fakefiles import ROOT_WORD, FileShell
 
 from sparkpair.errors import RemoteCommandError
 from sparkpair.probes import Probe
-from sparkpair.transport import TIMED_OUT, Command, CommandResult, Pair, Shell, SshTarget, command_text
+from sparkpair.transport import TIMED_OUT, Command, CommandResult, Pair, SshTarget, shown_text
 from sparkpair.transport.httpio import ANSWER_CAP
 from sparkpair.transport.httpio import Reply as HttpReply
 from sparkpair.transport.node import COMMAND_TIMEOUT_S, OUTPUT_CAP, STREAM_TIMEOUT_S, require_limits
@@ -40,7 +40,8 @@ UNEXPECTED: list[str] = []  # every unexpected command of the running test (test
 
 @dataclass(frozen=True)
 class Call:
-    """One command the node received: its text (as the transport would send it), how, and with what."""
+    """One command the node received: its text (as a trace shows it: a root verb as `sparkpair-root VERB ARGS`),
+    whether it asks root (a root helper's verb), how, and with what."""
 
     text: str
     sudo: bool = False
@@ -140,19 +141,18 @@ class FakeNode:
         return SshTarget(self.name, self.host, 22, "nvidia", Path("/nonexistent/id_ed25519"),
                          Path("/nonexistent/known_hosts"))
 
-    def run(self, command: Command, *, sudo: bool = False, timeout: float = COMMAND_TIMEOUT_S,
-            stdin: str | None = None, cap: int = OUTPUT_CAP) -> CommandResult:
-        return self._answer(Call(command_text(command), sudo, timeout, stdin, "run", cap))
+    def run(self, command: Command, *, timeout: float = COMMAND_TIMEOUT_S, stdin: str | None = None,
+            cap: int = OUTPUT_CAP) -> CommandResult:
+        return self._answer(Call(shown_text(command), _as_root(command), timeout, stdin, "run", cap))
 
-    def check(self, command: Command, *, sudo: bool = False, timeout: float = COMMAND_TIMEOUT_S,
-              cap: int = OUTPUT_CAP) -> str:
-        result = self._answer(Call(command_text(command), sudo, timeout, None, "check", cap))
+    def check(self, command: Command, *, timeout: float = COMMAND_TIMEOUT_S, cap: int = OUTPUT_CAP) -> str:
+        result = self._answer(Call(shown_text(command), _as_root(command), timeout, None, "check", cap))
         if not result.ok:
             raise RemoteCommandError(self.name, result.command, result.exit_code, result.stderr or result.stdout)
         return result.stdout
 
     def stream(self, command: Command, on_line: Callable[[str], None], *, timeout: float = STREAM_TIMEOUT_S) -> int:
-        result = self._answer(Call(command_text(command), False, timeout, None, "stream", OUTPUT_CAP))
+        result = self._answer(Call(shown_text(command), False, timeout, None, "stream", OUTPUT_CAP))
         for line in (result.stdout + result.stderr).splitlines():
             on_line(line)
         return TIMED_OUT if result.timed_out else result.exit_code
@@ -257,7 +257,7 @@ class ProbeRound:
         self.by_text: dict[str, tuple[int, str, str]] = {}
         for probe, answer in answers.items():
             whole = (0, answer, "") if isinstance(answer, str) else answer
-            self.by_text[probe.command.text] = self.by_text[command_text(Shell("sudo -n sh -c {}", probe.command.text))] = whole
+            self.by_text[probe.command.shown] = whole  # the round as the node sees it: a root verb by its name
         self.asked: list[list[str]] = []
 
     def __call__(self, call: Call, node: FakeNode) -> Reply | None:
@@ -285,6 +285,11 @@ def _file_commands(call: Call, node: FakeNode) -> Reply | None:
     """The reply of a line of plain file commands carried out on the node's files (fakefiles); None for others."""
     done = FileShell(node.files, node.dirs).answer(call.text)
     return None if done is None else Reply(done[0], "", done[1])
+
+
+def _as_root(command: Command) -> bool:
+    """Whether a command asks root: it runs a verb of the root helper (`transport.root.Root`)."""
+    return ROOT_WORD in shown_text(command).split()
 
 
 def fake_pair(*nodes: FakeNode) -> Pair:

@@ -21,7 +21,7 @@ from sparkpair import boundedjson, paths
 from sparkpair.apply import firsttouch
 from sparkpair.errors import RemoteCommandError, SparkpairError
 from sparkpair.progress import Event, Progress, silent
-from sparkpair.transport import Node, Pair, Shell
+from sparkpair.transport import Node, Pair, Root, Shell
 
 JOURNAL_DIR = paths.JOURNAL_DIR.removeprefix("~/")
 STAMP = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]{0,63}")  # a run stamp: one safe name (run_stamp: 20250101-000000)
@@ -29,7 +29,8 @@ STAMP = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]{0,63}")  # a run stamp: one safe 
 
 @dataclass(frozen=True)
 class WriteFile:
-    """Write content to path atomically (with sudo for system files); ~/ is the user's home."""
+    """Write content to path atomically (sudo: a system file, root's, written by the root helper, which takes
+    only netplan files); ~/ is the user's home."""
 
     path: str
     content: str
@@ -45,12 +46,12 @@ class RemoveFile:
 
 @dataclass(frozen=True)
 class RunCommand:
-    """Run a command that must succeed; `creates` lists files it makes (on restore: removed, or put back
-    as they were if they existed before). With a timeout, a command that does not end in time stops
-    that node's apply as timed out (e.g. a `netplan apply` that cut the SSH session it ran in)."""
+    """Run a command that must succeed (as root: a `Root` verb); `creates` lists user files it makes (on
+    restore: removed, or put back as they were if they existed before). With a timeout, a command that does
+    not end in time stops that node's apply as timed out (e.g. a `netplan apply` that cut the SSH session
+    it ran in)."""
 
     command: Shell
-    sudo: bool = False
     creates: tuple[str, ...] = ()
     timeout: float | None = None
 
@@ -213,11 +214,14 @@ def _backup(connection: Node, journal: Journal, path: str, sudo: bool, first_tou
     """Copy path aside (if it exists) and journal where to find it; with first_touch, also record it
     as it was before sparkpair first changed it (once)."""
     backup = backup_path(connection.home, journal.stamp, path, sudo)
-    store = backup.rsplit("/", 1)[0]
-    command = Shell("if [ -e {} ]; then mkdir -p {} && cp -a {} {} && echo saved; fi", path, store, path, backup)
-    if first_touch:
-        command = Shell.compose([firsttouch.record_command(connection, path, sudo), command], " && ")
-    result = connection.run(command, sudo=sudo)
+    if sudo:  # the root helper keeps it under paths.SYSTEM_BACKUPS, named as backup_path names it
+        command: Shell = Root("backup", journal.stamp, path, *(["first-touch"] if first_touch else []))
+    else:
+        store = backup.rsplit("/", 1)[0]
+        command = Shell("if [ -e {} ]; then mkdir -p {} && cp -a {} {} && echo saved; fi", path, store, path, backup)
+        if first_touch:
+            command = Shell.compose([firsttouch.record_command(connection, path), command], " && ")
+    result = connection.run(command)
     if not result.ok:
         raise SparkpairError(f"cannot back up {path}: {result.stderr.strip()}", node=connection.name)
     journal.entries.append({"path": path, "backup": backup if "saved" in result.stdout else None, "sudo": sudo})
@@ -232,14 +236,14 @@ def _run_action(connection: Node, journal: Journal, action: Action, first_touch:
     elif isinstance(action, RemoveFile):
         path = _expand(connection, action.path)
         _backup(connection, journal, path, action.sudo, first_touch)
-        connection.check(Shell("rm -f {}", path), sudo=action.sudo)
+        connection.check(Root("remove", path) if action.sudo else Shell("rm -f {}", path))
     else:
         for created in action.creates:
-            _backup(connection, journal, _expand(connection, created), action.sudo, first_touch)
+            _backup(connection, journal, _expand(connection, created), False, first_touch)
         if action.timeout is None:
-            connection.check(action.command, sudo=action.sudo)
+            connection.check(action.command)
             return
-        result = connection.run(action.command, sudo=action.sudo, timeout=action.timeout)
+        result = connection.run(action.command, timeout=action.timeout)
         if result.timed_out:
             raise ActionTimedOut(f"`{result.command}` gave no answer within {action.timeout:g} s",
                                  node=connection.name)
@@ -318,10 +322,10 @@ def restore(connection: Node, journal: Journal) -> list[str]:
     for entry in reversed(journal.entries):
         path, backup, sudo = str(entry["path"]), entry.get("backup"), bool(entry.get("sudo"))
         if backup:
-            connection.check(Shell("cp -a {} {}", backup, path), sudo=sudo)
+            connection.check(Root("restore-backup", journal.stamp, path) if sudo else Shell("cp -a {} {}", backup, path))
             done.append(f"restored {path}")
         else:
-            connection.check(Shell("rm -f {}", path), sudo=sudo)
+            connection.check(Root("remove", path) if sudo else Shell("rm -f {}", path))
             done.append(f"removed {path}")
     mark_restored(connection, journal.command)
     return done

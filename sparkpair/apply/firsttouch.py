@@ -5,8 +5,8 @@ many applies follow (what `setup-network --restore` goes back to).
 (`cp -a`: content, mode and owner, byte for byte) or, for a path that did not exist, an
 `.absent` marker; a path already recorded is left alone. User files are recorded under
 `~/.sparkpair/first-touch`, system files (sudo) under `/var/backups/sparkpair/first-touch` (root,
-0700); a record's name is its path, percent-encoded. The flow adds what files cannot say (the
-QSFP twins' state then, `twins.json`). `records` lists a node's records, `put_back` returns one
+0700: the root helper keeps them, named alike); a record's name is its path, percent-encoded. The
+flow adds what files cannot say (the QSFP twins' state then, `twins.json`). `records` lists a node's records, `put_back` returns one
 path to its recorded state, `clear` drops the snapshot once it has been restored.
 """
 
@@ -17,7 +17,7 @@ from urllib.parse import quote, unquote
 
 from sparkpair import paths
 from sparkpair.errors import SparkpairError
-from sparkpair.transport import Node, Shell
+from sparkpair.transport import Node, Root, Shell
 
 ABSENT = ".absent"
 TWINS = "twins.json"
@@ -38,12 +38,13 @@ def record_name(path: str) -> str:
     return quote(path, safe="")
 
 
-def record_command(connection: Node, path: str, sudo: bool) -> Shell:
-    """Record path (absolute) unless it is recorded already; atomic (a copy is renamed into place)."""
-    base = f"{store(connection, sudo)}/{record_name(path)}"
+def record_command(connection: Node, path: str) -> Shell:
+    """Record a user file (absolute path) unless it is recorded already; atomic (a copy is renamed into place).
+    A system file is recorded by the root helper's `backup STAMP PATH first-touch`, the same way."""
+    base = f"{store(connection, False)}/{record_name(path)}"
     return Shell("if [ ! -e {} ] && [ ! -e {} ]; then mkdir -p -m 700 {} && if [ -e {} ] || [ -L {} ]; then "
                  "cp -a {} {} && mv -f {} {}; else : > {}; fi; fi",
-                 base, base + ABSENT, store(connection, sudo), path, path, path, base + ".new", base + ".new", base,
+                 base, base + ABSENT, store(connection, False), path, path, path, base + ".new", base + ".new", base,
                  base + ABSENT)
 
 
@@ -63,7 +64,8 @@ def records(connection: Node) -> list[Record]:
     """Every path recorded on a node (user files first); empty when sparkpair never changed one."""
     found = []
     for sudo in (False, True):
-        listing = connection.run(Shell("ls -A {} 2>/dev/null || true", store(connection, sudo)), sudo=sudo).stdout
+        listing = connection.run(Root("first-touch-list") if sudo else
+                                 Shell("ls -A {} 2>/dev/null || true", store(connection, sudo))).stdout
         for name in sorted(listing.split()):
             if name.endswith(".new") or name == TWINS:
                 continue
@@ -115,18 +117,22 @@ def record_twins(connection: Node, snapshot: str) -> None:
 def put_back(connection: Node, record: Record) -> str | None:
     """Return record's path to its recorded state; what was done, or None when it already was so."""
     path, copy = record.path, record.copy(connection)
+    if record.sudo:  # the root helper reads the record itself (same, or done)
+        out = connection.check(Root("first-touch-put-back", path))
+        if record.existed:
+            return None if out.strip() == "same" else f"restored {path}"
+        return f"removed {path}" if out.strip() == "done" else None
     if record.existed:
         staged = f"{path}.sparkpair-restore"
         out = connection.check(Shell('if cmp -s {} {} && [ "$(stat -c %a.%u.%g {})" = "$(stat -c %a.%u.%g {})" ]; '
                                      "then echo same; else cp -a {} {} && mv -f {} {} && echo done; fi",
-                                     copy, path, copy, path, copy, staged, staged, path), sudo=record.sudo)
+                                     copy, path, copy, path, copy, staged, staged, path))
         return None if out.strip() == "same" else f"restored {path}"
-    out = connection.check(Shell("if [ -e {} ] || [ -L {} ]; then rm -f {} && echo done; fi", path, path, path),
-                           sudo=record.sudo)
+    out = connection.check(Shell("if [ -e {} ] || [ -L {} ]; then rm -f {} && echo done; fi", path, path, path))
     return f"removed {path}" if out.strip() == "done" else None
 
 
 def clear(connection: Node) -> None:
     """Drop a node's snapshot (after a restore: the next apply takes a new one)."""
     connection.check(Shell("rm -rf {}", store(connection, False)))
-    connection.check(Shell("rm -rf {}", store(connection, True)), sudo=True)
+    connection.check(Root("first-touch-clear"))

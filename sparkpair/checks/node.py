@@ -17,6 +17,7 @@ from sparkpair.checks import (
 from sparkpair.inventory import Inventory
 from sparkpair.inventory.topology import SPARK_PORTS, is_port_name
 from sparkpair.probes import ProbeFailure, host, models
+from sparkpair.transport import HELPER_PATH, root
 
 GIB = 1024 ** 3
 
@@ -58,7 +59,8 @@ def inventory_warnings(inventory: Inventory) -> list[Finding]:
 
 
 def check_reach(facts: Facts) -> Iterable[Finding]:
-    """Proves SSH with a verified host key, non-interactive sudo, and the same user and uid on every node."""
+    """Proves SSH with a verified host key, root through sparkpair's root helper (or, warned, full sudo), and
+    the same user and uid on every node."""
     cluster = facts.inventory.cluster
     for node in facts.inventory.nodes:
         if node.name in facts.unreachable:
@@ -70,10 +72,7 @@ def check_reach(facts: Facts) -> Iterable[Finding]:
             yield fail("reach.sudo", name, f"could not ask whether sudo -n works ({sudo})",
                        "see the node's other rows; then sparkpair doctor again")
         else:
-            yield (ok("reach.sudo", name, "sudo -n works") if sudo is True else
-                   fail("reach.sudo", name, "sudo asks for a password (setup-network and launch need sudo -n)",
-                        f"echo '{cluster.user} ALL=(ALL) NOPASSWD:ALL' | sudo tee /etc/sudoers.d/sparkpair, one file "
-                        "you can review and remove; what sparkpair runs as root: docs/checklist.md#sudo"))
+            yield root_access(name, sudo, cluster.user)
     identities = {name: value for name, value in per_node(facts, host.IDENTITY)
                   if not isinstance(value, ProbeFailure)}
     if len(identities) == len(facts.inventory.nodes):  # judged once every node answered
@@ -81,6 +80,25 @@ def check_reach(facts: Facts) -> Iterable[Finding]:
         detail = "; ".join(f"{name}: {found.user} uid {found.uid}" for name, found in identities.items())
         yield ok("reach.same-user", facts.whole, detail) if same else \
             fail("reach.same-user", facts.whole, detail + " (mpirun and shared files need the same user and uid)")
+
+
+def root_access(name: str, access: host.RootAccess, user: str) -> Finding:
+    """reach.sudo for one node: OK through sparkpair's root helper; WARN with full sudo only (it works, and the
+    login may run anything as root); FAIL when sudo -n runs neither. Every fix installs the helper and grants
+    the login that one program."""
+    fix = (f"on {name}: sparkpair root-helper > sparkpair-root, copy that file there, then "
+           + "; ".join(root.install_commands(user)) + " (it grants only: " + root.sudoers_line(user)
+           + "; what the helper does as root: docs/checklist.md#sudo)")
+    if access.helper == "ours":
+        also = "; sudo also runs anything else (a NOPASSWD: ALL rule), which sparkpair does not need" if access.full else ""
+        return ok("reach.sudo", name, f"root through sparkpair's root helper {HELPER_PATH} only{also}")
+    found = {"other": f"{HELPER_PATH} is not the root helper this sparkpair ships (another version)",
+             "denied": f"sudo -n does not run {HELPER_PATH}", "absent": f"no root helper at {HELPER_PATH}"}[access.helper]
+    if access.full:
+        return warn("reach.sudo", name, f"{found}: sparkpair runs the same helper text through full sudo "
+                    "(NOPASSWD: ALL), so the login may run anything as root", fix)
+    return fail("reach.sudo", name, f"{found}, and sudo asks for a password: setup-network and launch need root "
+                "through sudo -n", fix)
 
 
 def check_platform(facts: Facts) -> Iterable[Finding]:

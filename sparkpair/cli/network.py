@@ -61,3 +61,13 @@ def setup_network_cmd(app: App, dry_run: bool, yes: bool, restore: bool, last: b
             if plan.changes and not yes and not report.confirm("apply these changes to both nodes?"):
                 return 1
             return 0 if flow.apply_setup(pair, inventory, plan, report.event, options).ok else 1
+
+
+@cli.command("root-helper")
+def root_helper_cmd() -> int:
+    """Print sparkpair's root helper, the one program sudo needs to grant (docs/checklist.md#sudo):
+    sparkpair root-helper > sparkpair-root, then install it on every node as reach.sudo says."""
+    from sparkpair.transport import root
+
+    click.echo(root.helper_text(), nl=False)
+    return ExitStatus.OK

@@ -43,7 +43,7 @@ from sparkpair.probes import Probe, ProbeFailure, expanded_path, parse_sections,
 from sparkpair.progress import Event, Progress
 from sparkpair.render import recipe
 from sparkpair.safetext import visible
-from sparkpair.transport import Node, Pair, Shell
+from sparkpair.transport import Node, Pair, Shell, root
 
 FILE_LIMIT = 8 << 20                 # bytes kept of one file (its end: a log's last part)
 TREE_LIMIT = 32 << 20                # bytes of one directory's files (each at most FILE_LIMIT); the rest is skipped
@@ -144,9 +144,9 @@ def node_probes(inventory: Inventory, node: str, head: bool) -> dict[str, Probe[
         "versions/engine-image.txt": in_image,
         "gpu/nvidia-smi.txt": Shell("nvidia-smi"),
         "gpu/nvidia-smi-q.txt": Shell("nvidia-smi -q"),
-        "kernel/dmesg-nvrm-aer-oom.txt": Shell(
-            "if ! out=$( (sudo -n dmesg 2>/dev/null || dmesg) 2>&1 ); then echo \"dmesg not readable: $out\" >&2; exit 3; "
-            "fi; printf '%s\\n' \"$out\" | grep -E {} | tail -n 300 | tail -c {}; true", DMESG, str(FILE_LIMIT)),
+        "kernel/dmesg-nvrm-aer-oom.txt": Shell.compose([root.define(), Shell(
+            "if ! out=$( (sparkpair_root dmesg 2>/dev/null || dmesg) 2>&1 ); then echo \"dmesg not readable: $out\" >&2; "
+            "exit 3; fi; printf '%s\\n' \"$out\" | grep -E {} | tail -n 300 | tail -c {}; true", DMESG, str(FILE_LIMIT))], ""),
         "memory/meminfo.txt": Shell("cat /proc/meminfo"),
         "memory/free.txt": Shell("free -b"),
         "memory/pressure.txt": Shell("cat /proc/pressure/memory"),
@@ -164,9 +164,10 @@ def node_probes(inventory: Inventory, node: str, head: bool) -> dict[str, Probe[
     for interface in inventory.node(node).links:
         asked[f"network/ethtool-{interface}.txt"] = Shell("ethtool {}", interface)
     found: dict[str, Probe[object]] = {path: _ask(path, command) for path, command in asked.items()}
-    found["netplan/"] = _ask("netplan/", Shell(
+    found["netplan/"] = _ask("netplan/", Shell.compose([root.define(), Shell(
         "for f in /etc/netplan/*.yaml; do [ -e \"$f\" ] || continue; "
-        + section('"${f##*/}"', 'sudo -n cat "$f" 2>/dev/null || cat "$f" 2>&1') + "; done; true"), sectioned=True)
+        + section('"${f##*/}"', 'sparkpair_root netplan-read "$f" 2>/dev/null || cat "$f" 2>&1') + "; done; true")], ""),
+        sectioned=True)
     found["sparkpair/config/"] = _ask("sparkpair/config/", _tree(Shell.compose(
         [expanded_path(paths.CONFIG_DIR), Shell('cd "$p" 2>/dev/null || exit 0; ')], "")), sectioned=True)
     found["logs/failed-launch/"] = _ask("logs/failed-launch/", _tree(Shell.compose(

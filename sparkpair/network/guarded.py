@@ -121,7 +121,7 @@ def _verify_and_confirm(run: SetupRun) -> bool:
         revert(run, "verified too late to confirm before the watchdogs' deadline; try a longer --confirm-timeout")
         return False
     run.stage = "confirming the new network"
-    asked = list(run.armed)
+    asked = [name for name in run.pair.nodes if name in run.armed]  # in the inventory's order, however they armed
     answers = run.pair.each(watchdog.confirm, names=asked)
     verdict = judge_confirmation(asked, answers.values, answers.failed)
     run.network_confirmed += verdict.kept

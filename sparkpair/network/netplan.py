@@ -18,14 +18,14 @@ from sparkpair.checks import SETUP_NETWORK, Status, judge, links
 from sparkpair.inventory import Inventory, Node
 from sparkpair.network import lockout
 from sparkpair.probes import NodeFacts, ProbeFailure, host, net
-from sparkpair.transport import Pair, Shell
+from sparkpair.transport import Pair, Root, root
 
 NETPLAN_PATH = paths.NETPLAN_PATH
 JOURNAL = "network"
 PLAN_PROBES = [net.INTERFACES, net.DEFAULT_ROUTES, net.SSH_SESSION, net.SESSION_ROUTE, net.ROUTES, net.NETPLAN_FILES,
                host.SUDO]
-NETPLAN_APPLY = Shell("netplan generate && netplan apply")
-APPLY_NETPLAN = apply.RunCommand(NETPLAN_APPLY, sudo=True)
+NETPLAN_APPLY = Root("netplan-apply")  # netplan generate && netplan apply, as root
+APPLY_NETPLAN = apply.RunCommand(NETPLAN_APPLY)
 
 
 @dataclass
@@ -87,10 +87,10 @@ def _refusals(inventory: Inventory, node: Node, facts: NodeFacts, replace: bool)
     if failed:
         return failed
     problems = []
-    if not facts[host.SUDO]:
-        problems.append(f"{node.name}: sudo asks for a password; sparkpair needs non-interactive sudo for netplan "
-                        f"(fix: echo '{inventory.cluster.user} ALL=(ALL) NOPASSWD:ALL' | sudo tee "
-                        "/etc/sudoers.d/sparkpair)")
+    if not facts[host.SUDO].works:
+        problems.append(f"{node.name}: sparkpair cannot act as root there (sudo -n runs neither its root helper nor "
+                        f"anything else); fix: install the root helper (sparkpair root-helper > sparkpair-root, copy it "
+                        f"there, then: {'; '.join(root.install_commands(inventory.cluster.user))})")
     interfaces = facts[net.INTERFACES]
     for name in node.links:
         if name not in interfaces:

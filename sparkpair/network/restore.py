@@ -84,10 +84,10 @@ def undo_first_touch(connection: Node, inventory: Inventory) -> list[str]:
             done.append(did)
             netplan_changed |= record.path.startswith("/etc/netplan/")
     if netplan_changed:
-        connection.check(netplan.NETPLAN_APPLY, sudo=True)
+        connection.check(netplan.NETPLAN_APPLY)
         done.append("netplan generate && netplan apply")
     if twins is not None and boundedjson.loads(_twins_now(connection, inventory)) != boundedjson.loads(twins):
-        connection.check(rollback.snapshot_commands(node, twins), sudo=True)
+        connection.check(rollback.snapshot_commands(node, twins))
         done.append(f"twins back to: {rollback.describe_twins(node, twins)}")
     firsttouch.clear(connection)
     for command in (trust.JOURNAL, netplan.JOURNAL):

@@ -9,7 +9,7 @@ from sparkpair import apply, boundedjson, probes, transport
 from sparkpair.inventory import Node
 from sparkpair.network.netplan import APPLY_NETPLAN, JOURNAL
 from sparkpair.probes import net
-from sparkpair.transport import Shell
+from sparkpair.transport import Root, Shell
 
 
 def twins_snapshot(node: Node, interfaces: dict[str, net.Interface]) -> str:
@@ -18,23 +18,22 @@ def twins_snapshot(node: Node, interfaces: dict[str, net.Interface]) -> str:
                        for name, i in interfaces.items() if name in node.links})
 
 
-def twin_commands(node: Node, snapshot: str) -> list[Shell]:
-    """Commands that put node's twins back as snapshot says, in order; values are re-validated, never trusted."""
-    commands = []
+def twin_states(node: Node, snapshot: str) -> list[list[str]]:
+    """Each of node's twins in snapshot as the root helper takes it: name, MTU, up or down, IPv4 addresses with
+    their prefix; values are re-validated, never trusted (and checked once more by the helper)."""
+    states = []
     for name, state in boundedjson.loads(snapshot).items():
         if name not in node.links:
             continue
         addresses = [str(ipaddress.IPv4Interface(a)) for a in state.get("ipv4", [])]
-        commands.append(Shell("ip addr flush dev {} scope global", name))
-        commands.append(Shell("ip link set dev {} mtu {}", name, int(state["mtu"])))
-        commands += [Shell("ip addr add {} dev {}", address, name) for address in addresses]
-        commands.append(Shell("ip link set dev {} {}", name, "up" if state.get("up") else "down"))
-    return commands
+        states.append([name, str(int(state["mtu"])), "up" if state.get("up") else "down", *addresses])
+    return states
 
 
 def snapshot_commands(node: Node, snapshot: str) -> Shell:
-    """twin_commands as one command line (stops at the first failure)."""
-    return Shell.compose(twin_commands(node, snapshot), " && ")
+    """The root helper's `twin` for each twin (addresses flushed, MTU, addresses, up or down) as one command
+    line (stops at the first failure)."""
+    return Shell.compose([Root("twin", *state) for state in twin_states(node, snapshot)], " && ")
 
 
 def _words(state: dict[str, object] | None) -> str:
@@ -70,11 +69,11 @@ def twins_changed(node: Node, snapshot: str, interfaces: dict[str, net.Interface
 def files_changed(connection: transport.Node, journal: apply.Journal) -> list[str]:
     """Each file of an apply's journal that is not as before that apply (its backup's content, or absent)."""
     entries = [(str(entry["path"]), entry.get("backup")) for entry in journal.entries]
-    checks = [Shell("cmp -s {} {} || echo {}", str(backup), path, index) if backup else
-              Shell("[ ! -e {} ] || echo {}", path, index) for index, (path, backup) in enumerate(entries)]
+    checks = [Shell.compose([Root("differs", journal.stamp, path, "saved" if backup else "absent"),
+                             Shell("|| echo {}", index)], " ") for index, (path, backup) in enumerate(entries)]
     if not checks:
         return []
-    differing = connection.check(Shell.compose(checks, "; "), sudo=True).split()
+    differing = connection.check(Shell.compose(checks, "; ")).split()
     return [f"{path} {'differs from its backup' if backup else 'is there (it was not)'}"
             for index, (path, backup) in enumerate(entries) if str(index) in differing]
 
@@ -95,9 +94,9 @@ def roll_back(connection: transport.Node, node: Node) -> list[str]:
     if journal is None:
         return ["nothing to restore"]
     done = apply.restore(connection, journal)
-    connection.check(APPLY_NETPLAN.command, sudo=True)
+    connection.check(APPLY_NETPLAN.command)
     done.append("netplan generate && netplan apply")
     if journal.extra.get("twins_before"):
-        connection.check(snapshot_commands(node, journal.extra["twins_before"]), sudo=True)
+        connection.check(snapshot_commands(node, journal.extra["twins_before"]))
         done.append("twins back to their previous MTU, addresses and link state")
     return done

@@ -42,7 +42,6 @@ class Probe(Generic[T_co]):
     args: tuple[Any, ...]
     command: Shell = field(compare=False)
     parse: Callable[[str], T_co] = field(compare=False)
-    sudo: bool = field(default=False, compare=False)
     ok_codes: tuple[int, ...] = field(default=(0,), compare=False)
     waits: bool = field(default=False, compare=False)  # mostly waits on the network (a login, pings): see batch_script
 
@@ -148,9 +147,8 @@ def batch_script(probes: Sequence[Probe[Any]]) -> Shell:
 
 def _start(index: int, probe: Probe[Any]) -> Shell:
     """The batch line starting probe number index in the background, its output in "$d/INDEX.o/.e"."""
-    command = Shell("sudo -n sh -c {}", probe.command.text) if probe.sudo else probe.command
     return Shell.compose([
-        Shell("( "), command, Shell(f' ) >"$d/{index}.o" 2>"$d/{index}.e" </dev/null & p{index}=$!'),
+        Shell("( "), probe.command, Shell(f' ) >"$d/{index}.o" 2>"$d/{index}.e" </dev/null & p{index}=$!'),
     ], "")
 
 

@@ -6,7 +6,8 @@ import re
 from dataclasses import dataclass
 
 from sparkpair.probes import Probe, expanded_path, printable
-from sparkpair.transport import Shell
+from sparkpair.transport import HELPER_PATH, Root, Shell
+from sparkpair.transport.root import helper_digest
 
 
 @dataclass(frozen=True)
@@ -25,9 +26,33 @@ def parse_identity(text: str) -> Identity:
     return Identity(int(uid), user, frozenset(groups.split()), hostname.strip())
 
 
-def parse_sudo(text: str) -> bool:
-    """True when `sudo -n true` worked (the probe prints `ok`)."""
-    return text.strip() == "ok"
+@dataclass(frozen=True)
+class RootAccess:
+    """How sparkpair gets root on a node: through its root helper, through full sudo, or not at all.
+
+    helper: `ours` (the helper this sparkpair ships is installed and sudo runs it), `denied` (it is installed,
+    but sudo -n does not run it), `other` (a file at its path that is not this sparkpair's helper), `absent`.
+    full: `sudo -n` runs any command (a NOPASSWD: ALL rule)."""
+
+    helper: str
+    full: bool
+
+    @property
+    def works(self) -> bool:
+        """Whether sparkpair can act as root (the helper, or else the same text through full sudo)."""
+        return self.helper == "ours" or self.full
+
+
+HELPER_STATES = ("ours", "denied", "other", "absent")
+
+
+def parse_sudo(text: str) -> RootAccess:
+    """Parse the ROOT probe's two lines: `helper ours|denied|other|absent` and `full yes|no`."""
+    fields = dict(line.split(" ", 1) for line in text.strip().splitlines() if " " in line)
+    helper, full = fields.get("helper"), fields.get("full")
+    if helper not in HELPER_STATES or full not in ("yes", "no"):
+        raise ValueError(f"not the root probe's answer: {text.strip()[:80]!r}")
+    return RootAccess(helper, full == "yes")
 
 
 def parse_key_values(text: str) -> dict[str, str]:
@@ -149,13 +174,19 @@ def parse_listeners(text: str) -> list[Listener]:
 
 
 IDENTITY = Probe("identity", (), Shell("id -u; id -un; id -Gn; hostname"), parse_identity)
-SUDO = Probe("sudo", (), Shell("sudo -n true >/dev/null 2>&1 && echo ok || echo password-required"), parse_sudo)
+SUDO = Probe("sudo", (), Shell(
+    'h={}; if [ ! -e "$h" ]; then echo helper absent; elif [ "$(sha256sum <"$h")" != {} ]; then echo helper other; '
+    'elif sudo -n "$h" version >/dev/null 2>&1; then echo helper ours; else echo helper denied; fi; '
+    "if sudo -n true >/dev/null 2>&1; then echo full yes; else echo full no; fi",
+    HELPER_PATH, f"{helper_digest()}  -"), parse_sudo)
 DGX_RELEASE = Probe("dgx-release", (), Shell("cat /etc/dgx-release"), parse_dgx_release)
 GPUS = Probe("gpus", (), Shell(f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader,nounits"),
              parse_gpus)
 MEMINFO = Probe("meminfo", (), Shell("cat /proc/meminfo"), parse_meminfo)
 CLOCK = Probe("clock", (), Shell("date +%s.%N"), parse_float)
-LISTENERS = Probe("listeners", (), Shell("sudo -n ss -Htlnp 2>/dev/null || ss -Htlnp"), parse_listeners)
+# As root (the helper's `listeners`) ss names every listener's process; without root, only the user's own.
+LISTENERS = Probe("listeners", (), Shell.compose([Root("listeners"), Shell("2>/dev/null || ss -Htlnp")], " "),
+                  parse_listeners)
 
 
 def free_bytes(path: str) -> Probe[int]:

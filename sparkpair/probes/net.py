@@ -11,8 +11,8 @@ from typing import Any
 import yaml
 
 from sparkpair import boundedjson
-from sparkpair.probes import Probe, parse_sections, printable, section
-from sparkpair.transport import Shell
+from sparkpair.probes import Probe, parse_sections, printable
+from sparkpair.transport import Root, Shell
 
 NETPLAN_KINDS = ("ethernets", "bonds", "bridges", "vlans", "wifis")
 NETPLAN_DIR = "/etc/netplan/"
@@ -250,9 +250,8 @@ ROUTES = Probe("routes", (), Shell("ip -j route show"), parse_routes)
 # (the operator's address as the node sees it, the `dst` of the answer); nothing outside SSH.
 SESSION_ROUTE = Probe("session route", (), Shell('set -- $SSH_CONNECTION; [ -z "$1" ] || ip -j route get "$1"'),
                       parse_routes)
-NETPLAN_FILES = Probe("netplan files", (), Shell(
-    "for f in /etc/netplan/*.yaml /etc/netplan/*.yml; do [ -f \"$f\" ] || continue; "
-    + section('"$f"', 'cat "$f"') + "; done"), parse_netplan_files, sudo=True)
+# Root reads them (netplan files are root's, 0600): the helper prints each as a `section`.
+NETPLAN_FILES = Probe("netplan files", (), Root("netplan-files"), parse_netplan_files)
 
 
 def ethtool(interface: str) -> Probe[Ethtool]:

@@ -52,13 +52,12 @@ class Node(Protocol):
     def home(self) -> str:
         """The login user's home directory on the node."""
 
-    def run(self, command: Command, *, sudo: bool = False, timeout: float = COMMAND_TIMEOUT_S,
-            stdin: str | None = None, cap: int = OUTPUT_CAP) -> CommandResult:
+    def run(self, command: Command, *, timeout: float = COMMAND_TIMEOUT_S, stdin: str | None = None,
+            cap: int = OUTPUT_CAP) -> CommandResult:
         """The command's outcome; a non-zero exit, a timeout (`timed_out`) or output over cap bytes (`over_cap`)
         is a result, not an exception."""
 
-    def check(self, command: Command, *, sudo: bool = False, timeout: float = COMMAND_TIMEOUT_S,
-              cap: int = OUTPUT_CAP) -> str:
+    def check(self, command: Command, *, timeout: float = COMMAND_TIMEOUT_S, cap: int = OUTPUT_CAP) -> str:
         """The stdout of a command that must succeed; RemoteCommandError when it does not (or outlives timeout,
         or prints more than cap bytes)."""
 
@@ -67,7 +66,7 @@ class Node(Protocol):
         (ssh.TIMED_OUT after timeout seconds)."""
 
     def put(self, content: str | bytes, path: str, *, mode: int = 0o644, sudo: bool = False) -> None:
-        """path holds content, written atomically."""
+        """path holds content, written atomically (sudo: a root-owned system file, through the root helper)."""
 
     def read(self, path: str, cap: int = ..., timeout: float = ...) -> bytes | None:
         """A user-readable file's content, or None when it does not exist; at most cap bytes within timeout

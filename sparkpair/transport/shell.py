@@ -25,12 +25,14 @@ class Shell:
             raise ValueError(f"template has {len(pieces) - 1} slots for {len(args)} arguments: {template!r}")
         quoted = [shlex.quote(str(arg)) for arg in args] + [""]
         self.text = "".join(piece + value for piece, value in zip(pieces, quoted, strict=True))
+        self.shown = self.text  # how it reads in a trace (`transport.root.Root` shows its verb, not the helper's text)
 
     @classmethod
     def compose(cls, parts: Sequence[Shell], separator: str = "; ") -> Shell:
         """Join already-quoted Shell commands into one script (nothing is re-quoted)."""
         joined = cls("")
         joined.text = separator.join(part.text for part in parts)
+        joined.shown = separator.join(part.shown for part in parts)
         return joined
 
     def __repr__(self) -> str:
@@ -40,9 +42,13 @@ class Shell:
 Command = Shell | Sequence[str]
 
 
-def command_text(command: Command, sudo: bool = False) -> str:
-    """The exact line sent to the node's shell."""
+def command_text(command: Command) -> str:
+    """The exact line sent to the node's shell (root only through `transport.root.Root`)."""
     if isinstance(command, str):
         raise TypeError("pass an argv list or a Shell template, never a bare string")
-    text = command.text if isinstance(command, Shell) else shlex.join(command)
-    return f"sudo -n sh -c {shlex.quote(text)}" if sudo else text
+    return command.text if isinstance(command, Shell) else shlex.join(command)
+
+
+def shown_text(command: Command) -> str:
+    """The line as a trace shows it: a root verb as `sparkpair-root VERB ARGS`, not the helper's whole text."""
+    return command.shown if isinstance(command, Shell) else command_text(command)

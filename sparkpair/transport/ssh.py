@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkpair.errors import ConnectError, ConnectionLost, RemoteCommandError
-from sparkpair.paths import UPLOAD_PREFIX, under_home
 from sparkpair.transport import httpio, sftpread, tcp
 from sparkpair.transport.lines import CappedOutput, LineSink
 from sparkpair.transport.node import COMMAND_TIMEOUT_S, OUTPUT_CAP, STREAM_TIMEOUT_S, require_limits
+from sparkpair.transport.root import Root
 from sparkpair.transport.sftpread import READ_CAP, READ_TIMEOUT_S
-from sparkpair.transport.shell import PATH_PREFIX, Command, Shell, command_text
+from sparkpair.transport.shell import PATH_PREFIX, Command, Shell, command_text, shown_text
 
 # paramiko.config imports invoke, when installed, only to run the `Match exec` lines of ssh_config files, which
 # sparkpair never reads; that import (invoke pulls in unittest.mock and asyncio) cost every command about 50 ms
@@ -232,17 +232,18 @@ class NodeConnection:
         must be shorter than the connection's own (looking for a node that may be cut off)."""
         self._open(timeout)
 
-    def run(self, command: Command, *, sudo: bool = False, timeout: float = COMMAND_TIMEOUT_S,
-            stdin: str | None = None, cap: int = OUTPUT_CAP) -> CommandResult:
+    def run(self, command: Command, *, timeout: float = COMMAND_TIMEOUT_S, stdin: str | None = None,
+            cap: int = OUTPUT_CAP) -> CommandResult:
         """Run a command; a non-zero exit is a result, not an exception. Its output is read for at most timeout
         seconds and cap bytes (stdout and stderr together); past either it is a result with timed_out or
         over_cap set, and the channel is closed."""
         require_limits(timeout, cap)
-        text = command_text(command, sudo)
+        text, shown = command_text(command), shown_text(command)
         if self._trace:
-            self._trace(self.name, text)
+            self._trace(self.name, shown)
         output = CappedOutput(cap)
         code = self._execute(text, timeout, stdin, output.stdout, output.stderr, lambda: output.over)
+        text = shown  # a result names the command as a person reads it (a root verb, not the helper's text)
         stdout, stderr = output.out.decode(errors="replace"), output.err.decode(errors="replace")
         if output.over:
             return CommandResult(self.name, text, OVER_CAP, stdout, f"printed more than {cap} bytes; the rest was "
@@ -265,10 +266,9 @@ class NodeConnection:
         err.flush()
         return TIMED_OUT if code is None else code
 
-    def check(self, command: Command, *, sudo: bool = False, timeout: float = COMMAND_TIMEOUT_S,
-              cap: int = OUTPUT_CAP) -> str:
+    def check(self, command: Command, *, timeout: float = COMMAND_TIMEOUT_S, cap: int = OUTPUT_CAP) -> str:
         """Run a command that must succeed; return its stdout."""
-        result = self.run(command, sudo=sudo, timeout=timeout, cap=cap)
+        result = self.run(command, timeout=timeout, cap=cap)
         if not result.ok:
             raise RemoteCommandError(self.name, result.command, result.exit_code, result.stderr or result.stdout)
         return result.stdout
@@ -299,25 +299,25 @@ class NodeConnection:
         return self._home
 
     def put(self, content: str | bytes, path: str, *, mode: int = 0o644, sudo: bool = False) -> None:
-        """Write a file atomically: upload beside it (or to a private temp) and rename into place."""
+        """Write a file atomically: upload beside it and rename into place; a system file (sudo) through the
+        root helper's `install`, its content on stdin."""
         data = content.encode() if isinstance(content, str) else content
+        if sudo:
+            result = self.run(Root("install", path, format(mode, "o")), stdin=data.decode())
+            if not result.ok:
+                raise RemoteCommandError(self.name, result.command, result.exit_code, result.stderr or result.stdout)
+            return
         sftp = self._sftp_client()
-        temp = f"{path}.sparkpair-{secrets.token_hex(4)}" if not sudo else \
-            f"{under_home(UPLOAD_PREFIX, self.home)}{secrets.token_hex(4)}"
+        temp = f"{path}.sparkpair-{secrets.token_hex(4)}"
         try:
             with sftp.open(temp, "wb") as handle:
-                handle.chmod(mode if not sudo else 0o600)
+                handle.chmod(mode)
                 handle.write(data)
-            if not sudo:
-                sftp.posix_rename(temp, path)
-                return
+            sftp.posix_rename(temp, path)
         except BaseException:  # Ctrl-C or a lost connection mid-upload: leave no partial temp file behind
             with contextlib.suppress(Exception):
                 sftp.remove(temp)
             raise
-        staged = f"{path}.sparkpair-new"
-        self.check(Shell("install -m {} -o root -g root {} {} && mv -f {} {}; rc=$?; rm -f {}; exit $rc",
-                         format(mode, "o"), temp, staged, staged, path, temp), sudo=True)
 
     def read(self, path: str, cap: int = READ_CAP, timeout: float = READ_TIMEOUT_S) -> bytes | None:
         """A file's content, or None when it does not exist (user-readable files only): at most cap bytes,

@@ -1,6 +1,7 @@
 """sparkpair's fixtures on the simulated pair (the pair's own fixtures come from the testbed's
 pytest plugin, sparkpair_testbed.plugin: `testbed`, `healed`, `pristine`; what a reset takes
-back is sparkpair's reset spec, in tests/conftest.py).
+back is sparkpair's reset spec, in tests/conftest.py). `testbed` here is the plugin's with
+sparkpair's root helper installed on the nodes, as an operator does (docs/checklist.md#sudo).
 
 `sparkpair` runs the real CLI against the pair's inventory; `networked` is the pair after a
 successful `sparkpair setup-network`, `stopped` a networked pair with no engine running.
@@ -30,6 +31,25 @@ NETWORKED = "sparkpair setup-network"  # in testbed.since_reset once it succeede
 # interrupted run would finish with code 0. A handler of our own is reset to the default in each child.
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(scope="session")
+def testbed(testbed):
+    """The plugin's pair set up as docs/checklist.md#sudo says: sparkpair's root helper installed root-owned at
+    /usr/local/sbin/sparkpair-root (the host's /usr/local/sbin, which every node shares), taken away after the
+    session. The testbed's own sudoers rule still grants nvidia everything (test_root_helper narrows it)."""
+    from sparkpair.transport import root
+
+    helper = Path(root.HELPER_PATH)
+    staged = helper.with_name(f".{helper.name}.new")
+    staged.write_text(root.helper_text())
+    staged.chmod(0o755)
+    os.chown(staged, 0, 0)
+    staged.replace(helper)
+    try:
+        yield testbed
+    finally:
+        helper.unlink(missing_ok=True)
 
 
 def pytest_collection_modifyitems(items):

@@ -108,7 +108,7 @@ def _undone(run: Run, bed, before: dict, stage: str) -> None:
 
 def test_sigint_while_arming_the_watchdogs_changes_nothing(pristine_pair) -> None:
     before = _before(pristine_pair)
-    run = interrupt(pristine_pair.inventory, r"install -m 700 -o root -g root \S+watchdog", "-vv", "setup-network", "--yes")
+    run = interrupt(pristine_pair.inventory, r"sparkpair-root watchdog-arm ", "-vv", "setup-network", "--yes")
     _interrupted(run, "interrupted while arming the watchdogs; nothing was changed on either node (both are as "
                       "before)")
     assert _before(pristine_pair) == before

@@ -18,11 +18,11 @@ from sparkpair import paths
 
 def _fire_when_confirmed(bed, node: str) -> None:
     """Make node's armed watchdog fire (its timer stopped, its revert run) when sparkpair's confirm reaches it."""
-    script = bed.exec(node, f"cat {paths.WATCHDOG_SCRIPT}").stdout
-    stamp = re.search(r"\(run ([0-9-]+)\)", script)
+    script = bed.exec(node, f"cat {paths.WATCHDOG_SCRIPT}").stdout  # the root helper's copy: confirm runs it
+    stamp = re.fullmatch(r"[0-9-]+", bed.exec(node, f"cat {paths.WATCHDOG_DIR}/stamp").stdout.strip())
     assert stamp, script
     hook = ('if [ "$1" = confirm ]; then env kill -s TERM -- "-$(cat "${0%/*}/pid")" >/dev/null 2>&1; '
-            f'sh "$0" fire {stamp.group(1)} >/dev/null 2>&1; fi\n')
+            f'sh "$0" fire {stamp.group(0)} >/dev/null 2>&1; fi\n')
     first, _, rest = script.partition("\n")
     bed.exec(node, ["sh", "-c", 'printf %s "$1" > "$2"', "-", f"{first}\n{hook}{rest}", paths.WATCHDOG_SCRIPT])
 

@@ -92,7 +92,7 @@ class ClusterNode:
             net.SSH_SESSION: f"198.18.0.1 50000 {self.node.host} 22",
             net.SESSION_ROUTE: (FIXTURES / "probes" / "ip-route-get-onlink.json").read_text(),
             net.ROUTES: json.dumps([{"dst": "default", "gateway": "198.18.0.1", "dev": "enP7s7", "flags": []}]),
-            net.NETPLAN_FILES: format_sections(files), host.SUDO: "ok\n",
+            net.NETPLAN_FILES: format_sections(files), host.SUDO: "helper ours\nfull no\n",
             ssh.SSH_FILES: format_sections(self.ssh_sections(ssh_files or {}))}
         if configured:
             found.update(self.link_answers())
@@ -220,15 +220,15 @@ def arming_and_confirming(fake: FakeNode) -> FakeNode:
         armed.clear()
         return Reply()
 
-    fake.on(containing("systemd-run --quiet --collect"), arm)
-    fake.on(containing("netplan generate && netplan apply"), "")
-    fake.on(containing(f"sh {watchdog.SCRIPT} confirm"), "confirmed\n")
-    fake.on(containing(f"/bin/sh {watchdog.SCRIPT} revert"), revert)
+    fake.on(prefix("sparkpair-root watchdog-arm "), arm)
+    fake.on("sparkpair-root netplan-apply", "")
+    fake.on("sparkpair-root confirm", "confirmed\n")
+    fake.on("sparkpair-root revert-soon", revert)
     fake.on(containing("for s in armed reverting confirmed"), lambda call, node: "armed\n" if armed else "gone\n")
     fake.on(containing(f"tail -n 1 {watchdog.LOG}"), "reverted: the network is as before\n")
     fake.on(containing("/first-touch/twins.json.new"), _record_twins)
     fake.on(containing("ssh-keygen -q -t ed25519"), _make_key)
-    fake.on(prefix("ip addr flush dev "), "")  # the twins put back as a snapshot says (rollback.snapshot_commands)
+    fake.on(prefix("sparkpair-root twin "), "")  # the twins put back as a snapshot says (rollback.snapshot_commands)
     fake.on(lambda text: text.startswith("rm -rf ") and text.endswith("/first-touch"), _forget_first_touch)
     return fake.files_behave()
 

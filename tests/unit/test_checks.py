@@ -65,7 +65,7 @@ def node_facts(inventory: Inventory, name: str) -> NodeFacts:
     peer, mtu = inventory.peer_of(node), inventory.cluster.mtu
     facts = {
         host.IDENTITY: Identity(1000, "nvidia", frozenset({"nvidia", "docker"}), name),
-        host.SUDO: True,
+        host.SUDO: host.RootAccess("ours", False),
         host.DGX_RELEASE: DgxRelease("DGX Spark", "NVIDIA DGX Spark", "7.5.0", "7.2.3", "DGX Server for KVM", ("7.5.0",)),
         host.GPUS: [Gpu(0, "NVIDIA GB10", "580.95.05", None)],
         host.MEMINFO: {"MemAvailable": 120 * GIB_KB, "MemFree": 110 * GIB_KB},
@@ -201,7 +201,8 @@ TWIN = "enp1s0f1np1"
 # (what breaks, check id, node, expected status, words the detail or the fix must contain)
 BROKEN = [
     (unreachable, "reach.ssh", "spark-b", "FAIL", ["refused", "sudo systemctl start ssh"]),
-    (set_fact("spark-b", host.SUDO, False), "reach.sudo", "spark-b", "FAIL", ["NOPASSWD"]),
+    (set_fact("spark-b", host.SUDO, host.RootAccess("absent", False)), "reach.sudo", "spark-b", "FAIL",
+     ["NOPASSWD: /usr/local/sbin/sparkpair-root"]),
     (set_fact("spark-b", host.IDENTITY, Identity(1001, "nvidia", frozenset({"docker"}), "spark-b")),
      "reach.same-user", "pair", "FAIL", ["uid 1001"]),
     (set_fact("spark-b", host.DGX_RELEASE, ProbeFailure("dgx_release", 1, "No such file")), "platform.dgx-os",

@@ -168,7 +168,7 @@ def _plan_facts(inventory: Inventory) -> dict[str, NodeFacts]:
         found[node.name] = NodeFacts({net.INTERFACES: net.parse_interfaces(json.dumps(items)),
                                       net.DEFAULT_ROUTES: ["enP7s7"], net.SSH_SESSION: node.host,
                                       net.SESSION_ROUTE: session, net.ROUTES: routes, net.NETPLAN_FILES: files,
-                                      host.SUDO: True})
+                                      host.SUDO: host.RootAccess("ours", False)})
     return found
 
 

@@ -15,7 +15,7 @@ from test_topology import F0, F0B, F1, F1B
 from sparkpair import render
 from sparkpair.checks import links
 from sparkpair.inventory import Inventory, read_inventory
-from sparkpair.network import flow, netplan, verify, watchdog
+from sparkpair.network import flow, netplan, verify
 from sparkpair.network.run import SetupOptions
 from sparkpair.probes import net
 from sparkpair.progress import Event
@@ -62,7 +62,7 @@ def test_the_apply_arms_applies_verifies_every_link_and_confirms_on_every_node(i
     for name, fake in nodes.items():
         assert fake.text(netplan.NETPLAN_PATH) == render.netplan_file(inventory, inventory.node(name),
                                                                       "the inventory").content
-        assert fake.commands.count(f"sh {watchdog.SCRIPT} confirm") == 1
+        assert fake.commands.count("sparkpair-root confirm") == 1
     confirmed = [e.node for e in events if e.text.startswith("confirmed over a new SSH connection")]
     assert confirmed == [node.name for node in inventory.nodes]
 
@@ -105,8 +105,8 @@ def test_a_ring_apply_whose_link_does_not_verify_is_rolled_back_on_every_node() 
     for name, fake in nodes.items():  # every node reverted by its watchdog, checked as before
         assert netplan.NETPLAN_PATH not in fake.files
         assert [e.text for e in events if e.node == name and e.text.startswith("reverted now")]
-        assert f"/bin/sh {watchdog.SCRIPT} revert" in " ".join(fake.commands)
-        assert not any(command.startswith(f"sh {watchdog.SCRIPT} confirm") for command in fake.commands)
+        assert "sparkpair-root revert-soon" in fake.commands
+        assert "sparkpair-root confirm" not in fake.commands
 
 
 @pytest.mark.parametrize("last", [False, True], ids=["restore", "restore-last"])

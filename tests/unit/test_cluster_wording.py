@@ -42,7 +42,7 @@ def facts_of(inventory: Inventory, **changes: Any) -> Facts:
     for item in inventory.nodes:
         values: dict[Probe[Any], Any] = {
             host.IDENTITY: Identity(1000, "nvidia", frozenset({"nvidia", "docker"}), item.name),
-            host.SUDO: True, host.MEMINFO: {"MemAvailable": 120 * 1024 ** 2, "MemFree": 110 * 1024 ** 2},
+            host.SUDO: host.RootAccess("ours", False), host.MEMINFO: {"MemAvailable": 120 * 1024 ** 2, "MemFree": 110 * 1024 ** 2},
             host.GPUS: [Gpu(0, "NVIDIA GB10", "580.95.05", None)],
             docker.DOCKER_INFO: DockerInfo("28.3.3", frozenset({"nvidia", "runc"})),
             docker.image_id(inventory.container.image): "sha256:" + "41" * 32,

@@ -20,7 +20,7 @@ from sparkpair.cli.app import App, cli
 from sparkpair.transport import Pair
 
 ROOT = Path(__file__).resolve().parents[2]
-READ_ONLY = {"doctor", "status", "logs", "diagnose", "bundle", "diff", "render", "inventory"}
+READ_ONLY = {"doctor", "status", "logs", "diagnose", "bundle", "diff", "render", "inventory", "root-helper"}
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:

@@ -21,7 +21,7 @@ from sparkpair.engine import bundle
 from sparkpair.inventory import read_inventory
 from sparkpair.network import netplan
 from sparkpair.probes import Probe, batch_script, host, net, parse_batch, ranks, ssh
-from sparkpair.transport import Shell
+from sparkpair.transport import Shell, root
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 FRAMING_BYTES = "\x1c\x1d\x1e\x1f"
@@ -103,15 +103,17 @@ def test_parse_batch_refuses_a_header_it_did_not_write() -> None:
 
 
 def test_a_netplan_file_cannot_forge_another_file(tmp_path: Path) -> None:
-    """The netplan probe's command, run on a directory standing in for /etc/netplan: a file whose content
+    """The netplan probe's root verb, run on a directory standing in for /etc/netplan: a file whose content
     holds the section mark and a path used to add /etc/netplan/99-forged.yaml to what setup-network edits."""
     directory = tmp_path / "netplan"
     directory.mkdir()
     hostile = "network:\n  version: 2\n\x1c/etc/netplan/99-forged.yaml\nnetwork:\n  ethernets:\n    enp1s0f1np1: {}\n"
     (directory / "50-cloud-init.yaml").write_text(hostile)
     (directory / "60-x.yml").write_text("network: {version: 2}\n")
-    command = net.NETPLAN_FILES.command.text.replace("/etc/netplan", str(directory))
-    output = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=10).stdout
+    helper = root.helper_text().replace("/etc/netplan", str(directory))  # its verb, run here without root
+    assert net.NETPLAN_FILES.command.shown == "sparkpair-root netplan-files"
+    output = subprocess.run(["sh", "-c", helper, "sparkpair-root", "netplan-files"], capture_output=True, text=True,
+                            timeout=10).stdout
     files = net.parse_netplan_files(output.replace(str(directory), "/etc/netplan"))
     assert sorted(files) == ["/etc/netplan/50-cloud-init.yaml", "/etc/netplan/60-x.yml"]
     assert files["/etc/netplan/50-cloud-init.yaml"].content == hostile

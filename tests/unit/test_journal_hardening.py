@@ -26,7 +26,7 @@ HOME = "/home/nvidia"
 JOURNALS = {name: (FIXTURES / "journals" / f"{name}.json").read_bytes() for name in ("network", "trust")}
 TWINS = (FIXTURES / "journals" / "twins.json").read_bytes()
 TWINS_PATH = f"{HOME}/.sparkpair/first-touch/twins.json"
-READ_ONLY = ("ls -A ",)  # what restore may run on a node before it changes anything
+READ_ONLY = ("ls -A ", "sparkpair-root first-touch-list")  # what restore may run on a node before it changes anything
 
 
 def journal_path(name: str) -> str:
@@ -34,7 +34,7 @@ def journal_path(name: str) -> str:
 
 
 BACKUP = f"{HOME}/.sparkpair/backups/20261125-214637/home%nvidia%.ssh%authorized_keys"  # the trust journal's one backup
-UNDONE = (prefix("netplan generate && netplan apply"), prefix("ip addr flush dev "))  # what restore runs beyond files
+UNDONE = (prefix("sparkpair-root netplan-apply"), prefix("sparkpair-root twin "))  # what restore runs beyond files
 
 
 def node_with(name: str = "spark-a", **journals: bytes) -> FakeNode:
@@ -72,7 +72,8 @@ def test_the_real_journals_restore_whole() -> None:
     assert not {f"{HOME}/.ssh/{name}" for name in ("id_ed25519", "id_ed25519.pub", "known_hosts")} & set(node.files)
     assert "/etc/netplan/40-sparkpair-cx7.yaml" not in node.files
     assert {journal_path(command) + ".restored" for command in JOURNALS} <= set(node.files)
-    assert [call.sudo for call in node.calls if call.text.startswith(("netplan", "ip "))] == [True, True]
+    undone = [call.sudo for call in node.calls if call.text.startswith(("sparkpair-root netplan-apply", "sparkpair-root twin "))]
+    assert undone == [True, True]
 
 
 @pytest.mark.parametrize("command", sorted(JOURNALS))

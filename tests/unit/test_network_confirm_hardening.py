@@ -12,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from fakenode import FakeNode, fake_pair, in_local_shell
+from fakenode import FakeNode, fake_pair
 
 from sparkpair import apply
 from sparkpair.errors import ConnectError
@@ -67,20 +67,24 @@ def test_twins_are_compared_with_their_state_before(now: dict[str, tuple[int, bo
     assert rollback.twins_changed(INVENTORY.node("spark-a"), json.dumps(BEFORE), interfaces) == changed
 
 
-def test_files_are_compared_with_the_journals_backups(tmp_path: Path) -> None:
-    (tmp_path / "kept").write_text("old")
-    (tmp_path / "kept.bak").write_text("old")
-    (tmp_path / "changed").write_text("new")
-    (tmp_path / "changed.bak").write_text("old")
-    (tmp_path / "created").write_text("new")
+def test_files_are_compared_with_the_journals_backups() -> None:
+    """By the root helper's `differs` (carried out on the fake node's files as the helper does it)."""
+    def netplan(name: str) -> str:
+        return f"/etc/netplan/{name}.yaml"
+
+    def backup(name: str) -> str:
+        return f"/var/backups/sparkpair/s/etc%netplan%{name}.yaml"
+
+    node = FakeNode("spark-a", files={netplan("kept"): "old", backup("kept"): "old", netplan("changed"): "new",
+                                      backup("changed"): "old", netplan("created"): "new"}).files_behave()
     journal = apply.Journal("network", "s", [
-        {"path": str(tmp_path / "kept"), "backup": str(tmp_path / "kept.bak"), "sudo": True},
-        {"path": str(tmp_path / "changed"), "backup": str(tmp_path / "changed.bak"), "sudo": True},
-        {"path": str(tmp_path / "created"), "backup": None, "sudo": True},
-        {"path": str(tmp_path / "never"), "backup": None, "sudo": True}])
-    node = FakeNode("spark-a").on(lambda text: True, in_local_shell())  # cmp and test, as a node runs them
+        {"path": netplan("kept"), "backup": backup("kept"), "sudo": True},
+        {"path": netplan("changed"), "backup": backup("changed"), "sudo": True},
+        {"path": netplan("created"), "backup": None, "sudo": True},
+        {"path": netplan("never"), "backup": None, "sudo": True}])
     assert rollback.files_changed(node, journal) == [
-        f"{tmp_path}/changed differs from its backup", f"{tmp_path}/created is there (it was not)"]
+        f"{netplan('changed')} differs from its backup", f"{netplan('created')} is there (it was not)"]
+    assert [call.sudo for call in node.calls] == [True]  # one round trip, as root
 
 
 # --- carried out, against fake nodes -----------------------------------------------------------------

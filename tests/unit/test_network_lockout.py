@@ -18,6 +18,7 @@ from sparkpair import paths
 from sparkpair.inventory import parse_inventory, read_inventory
 from sparkpair.network import lockout, netplan, watchdog
 from sparkpair.probes import net
+from sparkpair.transport import root
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 SIM_DATA = yaml.safe_load((FIXTURES / "inventory" / "sim.yaml").read_text())
@@ -120,40 +121,46 @@ TWINS = '{"enp1s0f1np1": {"mtu": 1500, "up": false, "ipv4": []}, "enP2p1s0f1np1"
         '"ipv4": ["198.19.2.11/24"]}}'
 
 
-def test_the_watchdog_script_puts_back_the_files_and_twins_and_sh_parses_it() -> None:
-    text = watchdog.script(SIM.node("spark-a"), "20250101-120000", 60, [paths.NETPLAN_PATH], TWINS)
-    subprocess.run(["sh", "-n"], input=text, text=True, check=True)
-    saved = f"{paths.WATCHDOG_DIR}/before/%2Fetc%2Fnetplan%2F40-sparkpair-cx7.yaml"
-    assert f"if [ -e {saved} ]; then cp -a {saved} {paths.NETPLAN_PATH}" in text
-    assert f"else rm -f {paths.NETPLAN_PATH}" in text
-    for line in ("netplan generate", "timeout 120 netplan apply", "ip link set dev enp1s0f1np1 mtu 1500",
-                 "ip addr add 198.19.2.11/24 dev enP2p1s0f1np1", "ip link set dev enp1s0f1np1 down",
-                 'rm -rf "$dir"', "Unless confirmed by then", f"log={paths.WATCHDOG_LOG}",
-                 'if [ "$1" = fire ] && [ "$2" != 20250101-120000 ]; then echo "a timer of another run"; exit 0; fi'):
-        assert line in text, line
-    assert f"keep the new network (confirm): sudo sh {paths.WATCHDOG_SCRIPT} confirm" in text
+def test_the_watchdog_is_armed_with_the_files_and_twins_to_put_back() -> None:
+    """The helper's `watchdog-arm` gets the run, the files and each twin as it was; the helper checks each
+    one (`check` runs only its checks) and keeps them as data beside its own copy, the watchdog."""
+    command = watchdog.arm_command(SIM.node("spark-a"), "20250101-120000", 60, [paths.NETPLAN_PATH], TWINS)
+    assert command.shown == ("sparkpair-root watchdog-arm 20250101-120000 60 spark-a /etc/netplan/40-sparkpair-cx7.yaml "
+                             "-- enp1s0f1np1,1500,down enP2p1s0f1np1,9000,up,198.19.2.11/24")
+    checked = subprocess.run(["sh", "-c", root.helper_text(), "sparkpair-root", "check", command.verb, *command.args],
+                             capture_output=True, text=True, timeout=10)
+    assert (checked.returncode, checked.stdout) == (0, "ok\n"), checked.stderr
+    helper = root.helper_text()
+    subprocess.run(["sh", "-n"], input=helper, text=True, check=True)
+    for line in ('    step log netplan generate', '    step log timeout "$NETPLAN_TIMEOUT" netplan apply',
+                 '    step "$how" ip link set dev "$name" mtu "$mtu" || return 1',
+                 '    for address in "$@"; do step "$how" ip addr add "$address" dev "$name" || return 1; done',
+                 '        if [ -e "$saved" ]; then cp -a "$saved" "$path" || fail restore "$path"',
+                 '        else rm -f "$path" || fail remove "$path"; fi', '    rm -rf "$dir"', f"log={paths.WATCHDOG_LOG}",
+                 '    if [ "$1" = fire ] && [ "${2:-}" != "$stamp" ]; then echo "a timer of another run"; exit 0; fi'):
+        assert line in helper, line
+    assert "NETPLAN_TIMEOUT=120" in helper and f"dir={paths.WATCHDOG_DIR} " in helper
 
 
 def test_the_watchdog_ignores_another_runs_timer_and_a_confirm_when_not_armed(tmp_path: Path) -> None:
-    """Run here: in these cases the script stops before it touches anything."""
+    """Run here: in these cases the helper stops before it touches anything."""
     assert not Path(paths.WATCHDOG_DIR).exists()
     script = tmp_path / "watchdog"
-    script.write_text(watchdog.script(SIM.node("spark-a"), "20250101-120000", 60, [paths.NETPLAN_PATH], TWINS))
+    script.write_text(root.helper_text())
     other = subprocess.run(["sh", str(script), "fire", "20240101-000000"], capture_output=True, text=True)
     assert (other.returncode, other.stdout) == (0, "a timer of another run\n")
     late = subprocess.run(["sh", str(script), "confirm"], capture_output=True, text=True)
     assert (late.returncode, late.stdout) == (3, "not armed (it reverted already)\n")
     usage = subprocess.run(["sh", str(script)], capture_output=True, text=True)
-    assert usage.returncode == 2 and "usage: sudo sh" in usage.stderr
+    assert usage.returncode == 2 and "usage: sparkpair-root" in usage.stderr
 
 
-def test_the_arm_command_parses_and_uses_systemd_only_where_it_runs() -> None:
-    command = watchdog.arm_command("20250101-120000", 60, [paths.NETPLAN_PATH], "/home/nvidia/up").text
-    subprocess.run(["sh", "-n", "-c", command], check=True)
-    assert "[ -d /run/systemd/system ] && [ \"$(cat /proc/1/comm 2>/dev/null)\" = systemd ]" in command
-    assert "systemd-run --quiet --collect --unit=sparkpair-watchdog-20250101-120000 --on-active=60s " \
-           "--timer-property=AccuracySec=1s /bin/sh /run/sparkpair-watchdog/watchdog fire 20250101-120000" in command
-    assert "setsid /bin/sh -c 'sleep 60; exec /bin/sh /run/sparkpair-watchdog/watchdog fire 20250101-120000'" in command
+def test_the_arm_uses_systemd_only_where_it_runs() -> None:
+    arm = root.helper_text().split("\narm() {", 1)[1].split("\n}\n", 1)[0]
+    assert '[ -d /run/systemd/system ] && [ "$(cat /proc/1/comm 2>/dev/null)" = systemd ]' in arm
+    assert 'systemd-run --quiet --collect --unit="$unit" --on-active="${seconds}s" --timer-property=AccuracySec=1s \\\n' \
+           '            /bin/sh "$d/watchdog" fire "$stamp"' in arm
+    assert "setsid /bin/sh -c 'sleep \"$1\"; exec /bin/sh \"$2\" fire \"$3\"' sparkpair-watchdog" in arm
 
 
 @pytest.mark.parametrize("seconds,expected", [(10, 5.0), (60, 20.0), (600, 30.0)])

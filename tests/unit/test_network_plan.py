@@ -52,7 +52,7 @@ def _facts(configured: bool = False, **overrides: object) -> dict[str, NodeFacts
         facts[node.name] = NodeFacts({net.INTERFACES: _interfaces(node.name, configured), net.DEFAULT_ROUTES: ["enP7s7"],
                                       net.SSH_SESSION: node.host, net.SESSION_ROUTE: _routes("ip-route-get-onlink.json"),
                                       net.ROUTES: _routes("ip-route-show.json")[:2], net.NETPLAN_FILES: files,
-                                      host.SUDO: True})
+                                      host.SUDO: host.RootAccess("ours", False)})
         facts[node.name].update({PLAN_KEYS[key]: copy.deepcopy(value) for key, value in overrides.items()})
     return facts
 
@@ -157,10 +157,11 @@ def test_takeover_keeps_other_interfaces_of_a_shared_file() -> None:
 
 def test_password_sudo_and_missing_interface_are_refused() -> None:
     facts = _facts()
-    facts["spark-a"][host.SUDO] = False
+    facts["spark-a"][host.SUDO] = host.RootAccess("absent", False)
     del facts["spark-b"][net.INTERFACES]["enP2p1s0f1np1"]
     refusals = netplan.plan_network(SIM, facts).refusals
-    assert any(r.startswith("spark-a: sudo asks for a password") for r in refusals)
+    [root] = [r for r in refusals if r.startswith("spark-a: sparkpair cannot act as root there")]
+    assert "nvidia ALL=(root) NOPASSWD: /usr/local/sbin/sparkpair-root" in root and "NOPASSWD:ALL" not in root
     assert any(r.startswith("spark-b: no interface enP2p1s0f1np1") for r in refusals)
 
 

@@ -77,6 +77,8 @@ def test_gather_pair_with_both_nodes_failing_reports_both() -> None:
 
 
 def test_gather_pair_with_both_nodes_answering_gives_each_nodes_facts() -> None:
-    nodes = [FakeNode(name).on(is_probe_round, ProbeRound({host.SUDO: "ok\n"})) for name in ("spark-a", "spark-b")]
+    answer = ProbeRound({host.SUDO: "helper ours\nfull no\n"})
+    nodes = [FakeNode(name).on(is_probe_round, answer) for name in ("spark-a", "spark-b")]
     facts = probes.gather_pair(fake_pair(*nodes), [host.SUDO])
-    assert {name: node_facts[host.SUDO] for name, node_facts in facts.items()} == {"spark-a": True, "spark-b": True}
+    assert {name: node_facts[host.SUDO] for name, node_facts in facts.items()} == dict.fromkeys(("spark-a", "spark-b"),
+                                                                                    host.RootAccess("ours", False))

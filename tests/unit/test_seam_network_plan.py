@@ -39,7 +39,7 @@ def interfaces(name: str, configured: bool) -> str:
     return json.dumps(items)
 
 
-def answers(name: str, configured: bool = False, sudo: str = "ok\n") -> dict[Probe[Any], str]:
+def answers(name: str, configured: bool = False, sudo: str = "helper ours\nfull no\n") -> dict[Probe[Any], str]:
     """Every planning probe's stdout on a node (its twins fresh, or holding the inventory's addresses)."""
     files = {"/etc/netplan/50-cloud-init.yaml": CLOUD_INIT}
     if configured:
@@ -85,7 +85,7 @@ def test_a_pair_already_set_up_plans_no_network_change() -> None:
 
 def test_a_node_without_passwordless_sudo_is_refused_by_name() -> None:
     rounds = {"spark-a": ProbeRound(answers("spark-a"), others=NOT_YET),
-              "spark-b": ProbeRound(answers("spark-b", sudo="password-required\n"), others=NOT_YET)}
+              "spark-b": ProbeRound(answers("spark-b", sudo="helper absent\nfull no\n"), others=NOT_YET)}
     plan = flow.plan_setup(pair_of(**rounds)[0], SIM, SetupOptions(skip_ssh=True))
     assert plan.refusals and all(line.startswith("spark-b") for line in plan.refusals) and "sudo" in plan.refusals[0]
     assert {change.node for change in plan.network.changes} <= {"spark-a"}
