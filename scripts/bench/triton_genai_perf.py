@@ -12,7 +12,7 @@ hub, and HF_HUB_OFFLINE=1 is set for it in any case. Needs root (the tools root 
 Usage:
   .venv/bin/python scripts/bench/triton_genai_perf.py [--url http://198.18.0.11:8000] [--model eagle_model]
       [--endpoint-type generate|kserve] [--requests 20] [--isl 64] [--osl 64] [--tokenizer DIR]
-      [--sparkpair-inventory PATH [--profile qwen3-235b]]
+      [--sparkpair-inventory PATH [--profile qwen3-235b] [--rounds 3]]
 The last lines: `genai-perf: TTFT p50 X ms, output Y tok/s` and, with --sparkpair-inventory,
 `sparkpair bench: TTFT p50 X ms, output Y tok/s` and `ratio sparkpair/genai-perf: TTFT R, tok/s R`. With
 --sparkpair-inventory both send the same prompt (--prompt; GenAI-Perf's --input-file, bench's --prompts), so the
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -130,13 +131,25 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompt", default=PROMPT, help="the prompt both send (with --sparkpair-inventory)")
     parser.add_argument("--sparkpair-inventory", help="also run `sparkpair bench` with this inventory")
     parser.add_argument("--profile", help="the profile sparkpair bench measures (default: the inventory's)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="with --sparkpair-inventory: rounds of GenAI-Perf then bench, medians compared (the "
+                             "CPU build's time to first token moves with the machine's load by a factor of two)")
     args = parser.parse_args(argv)
-    ttft, tokens = run_genai_perf(args)
-    print(f"genai-perf: TTFT p50 {ttft:.1f} ms, output {tokens:.2f} tok/s")
-    if args.sparkpair_inventory:
-        own_ttft, own_tokens = sparkpair_figures(args)
-        print(f"sparkpair bench: TTFT p50 {own_ttft:.1f} ms, output {own_tokens:.2f} tok/s")
-        print(f"ratio sparkpair/genai-perf: TTFT {own_ttft / ttft:.3f}, tok/s {own_tokens / tokens:.3f}")
+    if not args.sparkpair_inventory:
+        ttft, tokens = run_genai_perf(args)
+        print(f"genai-perf: TTFT p50 {ttft:.1f} ms, output {tokens:.2f} tok/s")
+        return
+    theirs, ours = [], []
+    for round_number in range(1, args.rounds + 1):   # interleaved, so a change of load meets both alike
+        theirs.append(run_genai_perf(args))
+        ours.append(sparkpair_figures(args))
+        print(f"round {round_number}: genai-perf TTFT p50 {theirs[-1][0]:.1f} ms, {theirs[-1][1]:.2f} tok/s; "
+              f"sparkpair bench TTFT p50 {ours[-1][0]:.1f} ms, {ours[-1][1]:.2f} tok/s", flush=True)
+    ttft, tokens = (statistics.median(row[i] for row in theirs) for i in (0, 1))
+    own_ttft, own_tokens = (statistics.median(row[i] for row in ours) for i in (0, 1))
+    print(f"genai-perf: TTFT p50 {ttft:.1f} ms, output {tokens:.2f} tok/s (median of {args.rounds} rounds)")
+    print(f"sparkpair bench: TTFT p50 {own_ttft:.1f} ms, output {own_tokens:.2f} tok/s (median of {args.rounds} rounds)")
+    print(f"ratio sparkpair/genai-perf: TTFT {own_ttft / ttft:.3f}, tok/s {own_tokens / tokens:.3f}")
 
 
 if __name__ == "__main__":
