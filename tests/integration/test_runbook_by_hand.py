@@ -1,12 +1,15 @@
-"""A rendered runbook, run by hand on the simulated pair, reaches a serving endpoint (issue 38, item 5).
+"""A rendered runbook, run by hand on the simulated pair, reaches a serving endpoint (issue 38, item 5; issue 34).
 
-`sparkpair render` writes qwen3-235b's launch.sh for the pair's inventory (the stand-in TensorRT-LLM's; CASES);
-each numbered step then runs as written where its header says: `[on this machine]` in a shell here with the
-inventory in SPARKPAIR_INVENTORY, `[on spark-a]` / `[on spark-b]` over SSH as the inventory's user, the lines
-fed to `bash -euo pipefail`. The one step that is an instruction (copy the rendered files) is done as a
+`sparkpair render` writes qwen3-235b's launch.sh for the pair's inventory, and both runbooks of CASES run by hand:
+the stand-in TensorRT-LLM's, and Triton Inference Server's (the real tritonserver with the real vLLM; its models
+step runs the image's real `hf download`, against the testbed's stand-in hub, which serves the tiny models the
+testbed planted). Each numbered step runs as written where its header says: `[on this machine]` in a shell here
+with the inventory in SPARKPAIR_INVENTORY, `[on spark-a]` / `[on spark-b]` over SSH as the inventory's user, the
+lines fed to `bash -euo pipefail`. The one step that is an instruction (copy the rendered files) is done as a
 person does it: each listed file from the folder render wrote, a node's own copy where there is one. The
-readiness step's completion must answer, and the stop step must leave no engine container. So the runbook
-cannot drift from what launch does: a line that only works under sparkpair fails here.
+readiness step's answer (a chat completion; Triton's generate) must hold text, and the stop step must leave no
+engine container. So the runbook cannot drift from what launch does: a line that only works under sparkpair
+fails here.
 """
 
 from __future__ import annotations
@@ -93,6 +96,10 @@ class Case:
 
 CASES = [
     Case("trtllm", {}, "trtllm-multinode", openai_answer),
+    # Triton's vLLM engine eager, as test_launch_triton's (the vLLM backend's sample model.json): the runbook's start
+    Case("triton", {"models": {PROFILE: {"variants": {"triton": {"serve_args": {
+        "max_model_len": 8192, "gpu_memory_utilization": 0.85, "max_num_seqs": 4, "enforce_eager": True}}}}}},
+         "triton-multinode", triton_answer, needs="testbed_triton"),
 ]
 
 

@@ -5,6 +5,9 @@ It runs on this machine, in the root namespace, bound to the management gateway 
 operator's side, as the internet is on a real pair), so only the nodes and loopback-range tools
 reach it. The inventory points the engine container's HF_ENDPOINT at it; the stand-in `hf` asks it
 for the revision before it makes any file, as huggingface_hub does. `up` starts it, `down` stops it.
+`serve_folders` names the repos it serves whole, from folders on this machine, to the real
+huggingface_hub (the tiny vLLM models: `scripts/testbed vllm` calls it once they exist); the hub
+reads that catalogue (HUB_CATALOGUE) again whenever it changes.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import urllib.error
 import urllib.request
 
 from .hostexec import CommandError
-from .layout import ENGINE_DIR, HUB_PIDFILE, HUB_PORT, HUB_URL, MGMT_GATEWAY, STATE_DIR
+from .layout import ENGINE_DIR, HUB_CATALOGUE, HUB_PIDFILE, HUB_PORT, HUB_URL, MGMT_GATEWAY, STATE_DIR
 
 
 def answering(timeout: float = 1.0) -> bool:
@@ -52,9 +55,10 @@ def start() -> None:
     STATE_DIR.mkdir(parents=True, exist_ok=True)
     log = open(STATE_DIR / "hub.log", "ab")  # noqa: SIM115 (the child keeps it)
     env = {**os.environ, "PYTHONPATH": str(ENGINE_DIR)}
-    proc = subprocess.Popen([sys.executable, "-m", "simengine.hub_server", "--host", MGMT_GATEWAY,
-                             "--port", str(HUB_PORT)], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                            env=env, start_new_session=True, cwd="/")
+    argv = [sys.executable, "-m", "simengine.hub_server", "--host", MGMT_GATEWAY, "--port", str(HUB_PORT),
+            "--catalogue", str(HUB_CATALOGUE)]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True,
+                            cwd="/")
     log.close()
     HUB_PIDFILE.write_text(f"{proc.pid}\n")
     deadline = time.monotonic() + 15
@@ -62,6 +66,17 @@ def start() -> None:
         if proc.poll() is not None or time.monotonic() > deadline:
             raise CommandError(f"the stand-in hub did not answer at {HUB_URL}; see {STATE_DIR / 'hub.log'}")
         time.sleep(0.1)
+
+
+def serve_folders(folders: dict) -> None:
+    """Have the hub serve each repo id of FOLDERS ({repo id: folder}) from its folder (simengine.hub_repos)."""
+    from simengine import hub_repos
+
+    STATE_DIR.mkdir(parents=True, exist_ok=True)
+    try:
+        hub_repos.write_catalogue(HUB_CATALOGUE, folders)
+    except (OSError, hub_repos.CatalogueError) as error:
+        raise CommandError(f"the stand-in hub cannot serve {', '.join(folders)}: {error}") from None
 
 
 def stop() -> None:

@@ -45,6 +45,7 @@ MGMT_IFACE = "enP7s7"
 HUB_PORT = 8790
 HUB_URL = f"http://{MGMT_GATEWAY}:{HUB_PORT}"
 HUB_PIDFILE = STATE_DIR / "hub.pid"
+HUB_CATALOGUE = STATE_DIR / "hub-repos.json"   # the folder repos the hub serves (hub.serve_folders)
 
 CABLE_NS = "spark-cable"
 CABLED_TWINS = ("enp1s0f1np1", "enP2p1s0f1np1")

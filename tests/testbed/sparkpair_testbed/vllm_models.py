@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import os
 import pwd
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,6 @@ SCRIPT = "make_tiny_models.py"
 GENERATE_TIMEOUT = 600
 # Repo id -> the folder of the generator's output it is made from.
 REPOS = {VLLM_TARGET_REPO: "target", VLLM_DRAFT_REPO: "draft"}
-REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 
 
 class Progress:
@@ -87,16 +85,24 @@ def generate(key: str, log) -> Path:
 
 
 def repo_files(source: Path) -> list:
-    """The files of one generated repo as simengine RepoFiles (blob names as the hub's cache uses)."""
-    from simengine.synthetic_model import RepoFile
+    """The files of one generated repo as simengine RepoFiles (blob names as the hub's cache uses): the
+    stand-in hub serves the same ones (simengine.hub_repos)."""
+    from simengine import hub_repos
 
-    return [RepoFile(path.name, content=path.read_bytes()) for path in sorted(source.iterdir()) if path.is_file()]
+    return hub_repos.folder_files(source)
 
 
 def commit_of(repo_id: str, files: list) -> str:
-    """A 40-hex commit id derived from the repo id and its files' names and blob names."""
-    listing = "".join(f"{f.name} {f.blob_name}\n" for f in files)
-    return hashlib.sha1(f"sparkpair-testbed:{repo_id}\n{listing}".encode()).hexdigest()
+    """A 40-hex commit id derived from the repo id and its files' names and blob names (the stand-in hub's
+    `sha` for the repo: simengine.hub_repos.folder_commit)."""
+    from simengine import hub_repos
+
+    return hub_repos.folder_commit(repo_id, files)
+
+
+def catalogue(source: Path) -> dict:
+    """{repo id: folder} of the generated models in SOURCE: what the stand-in hub serves (hub.py)."""
+    return {repo_id: source / folder for repo_id, folder in REPOS.items()}
 
 
 def hub_dir(node: Node) -> Path:
@@ -119,9 +125,9 @@ def chown_tree(root: Path, uid: int, gid: int) -> None:
 def plant_repo(cache: Path, repo_id: str, source: Path, owner: str) -> tuple:
     """Write the repo in SOURCE into the hub cache CACHE as REPO_ID, owned by OWNER (idempotent:
     blobs in place are kept); returns (commit, snapshot folder, file names)."""
-    from simengine import hf_download, hub_layout
+    from simengine import hf_download, hub_layout, hub_repos
 
-    if not REPO_ID.fullmatch(repo_id) or ".." in repo_id:
+    if not hub_repos.valid_repo_id(repo_id):
         raise CommandError(f"not a hub repo id: {repo_id!r}")
     files = repo_files(source)
     commit = commit_of(repo_id, files)

@@ -7,7 +7,8 @@ Idempotent, each step cached (see vllm_wheels.py, vllm_image.py, vllm_models.py)
   3. the Ray image sparkpair/vllm-cpu-ray:VLLM_VERSION (vllm_ray.py: that image with
      `ray[default]` from a second wheelhouse, built in each engine that lacks it);
   4. the tiny target and Eagle3 draft, generated in that image when the cache lacks them, in the
-     HEAD node's HF cache (planted again when a reset took them away).
+     HEAD node's HF cache (planted again when a reset took them away), and served whole by the
+     stand-in hub (hub.serve_folders), so the real `hf download` of a runbook finds them there.
 It then writes STATE_DIR/vllm.json (what the pytest fixture `testbed_vllm` reads) and says what it
 did. Plain `up` never does any of this.
 """
@@ -18,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import vllm_image, vllm_models, vllm_ray, vllm_wheels
+from . import hub, vllm_image, vllm_models, vllm_ray, vllm_wheels
 from .daemons import docker_running
 from .hostexec import CommandError, holder_pid
 from .layout import HEAD, NODES, STATE_DIR, VLLM_DRAFT_REPO, VLLM_IMAGE_TAG, VLLM_RAY_IMAGE_TAG, VLLM_TARGET_REPO, VLLM_VERSION
@@ -82,6 +83,7 @@ def ensure_vllm(log) -> VllmSetup:
     planted = vllm_models.install(HEAD, source)  # idempotent: rewrites nothing that is in place
     if not present:
         log(f"planted {VLLM_TARGET_REPO} and {VLLM_DRAFT_REPO} in {HEAD.name}'s HF cache")
+    hub.serve_folders(vllm_models.catalogue(source))   # the stand-in hub serves the same bytes
     timings["models_install"] = round(time.monotonic() - begin, 1)
     setup = VllmSetup(vllm_version=VLLM_VERSION, image=VLLM_IMAGE_TAG, image_id=vllm_image.expected_image_id(key),
                       image_key=key, image_env=dict(IMAGE_ENV), head=HEAD.name, target_repo=VLLM_TARGET_REPO,
