@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from dataclasses import dataclass
@@ -205,6 +206,18 @@ def with_forged_host_key(bed, tmp_path: Path, address: str) -> Path:
     path = tmp_path / "inventory.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def bundle_contents(inventory: Path, out: Path, lock: Path) -> tuple[set[str], str]:
+    """`sparkpair bundle --out OUT --lock LOCK` (asserted to succeed): its member names below the top folder, and
+    the text of every file in it."""
+    run = run_sparkpair(inventory, "bundle", "--out", out, "--lock", lock)
+    assert run.code == 0, run.text
+    with tarfile.open(out) as archive:
+        names = {member.name.split("/", 1)[1] for member in archive.getmembers()}
+        text = "".join(archive.extractfile(m).read().decode(errors="replace")  # type: ignore[union-attr]
+                       for m in archive.getmembers() if m.isfile())
+    return names, text
 
 
 # vLLM's CPU build compiles its model with torch.compile at every start unless told not to (about 40 s of each

@@ -13,12 +13,11 @@ and engines.sglang at the stand-in image. sparkpair copies both models to the wo
 from __future__ import annotations
 
 import json
-import tarfile
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT, ensure_networked, run_sparkpair
+from conftest import ROOT, bundle_contents, ensure_networked, run_sparkpair
 
 TARGET = "Qwen/Qwen3-235B-A22B-FP8"          # what scripts/testbed sglang plants (sglang_pair.TARGET_REPO)
 DRAFT = "lmsys/Qwen3-235B-A22B-EAGLE3"
@@ -103,13 +102,7 @@ def test_diff_against_the_lock_finds_nothing_and_the_bundle_holds_both(served, t
     held = json.loads(lock.read_text())
     assert IMAGE in json.dumps(held)
     assert run_sparkpair(inventory, "diff", "--lock", lock).code == 0
-    out = tmp_path / "bundle.tar.gz"
-    run = run_sparkpair(inventory, "bundle", "--out", out, "--lock", lock)
-    assert run.code == 0, run.text
-    with tarfile.open(out) as archive:
-        names = {member.name.split("/", 1)[1] for member in archive.getmembers()}
-        text = "".join(archive.extractfile(m).read().decode(errors="replace")  # type: ignore[union-attr]
-                       for m in archive.getmembers() if m.isfile())
+    names, text = bundle_contents(inventory, tmp_path / "bundle.tar.gz", lock)
     assert {"sparkpair.lock", "diff-lock.json"} <= names
     assert "world_size=2 rank=1" in text   # the worker's SGLang log
 

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import json
 import re
-import tarfile
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ensure_networked, run_sparkpair
+from conftest import bundle_contents, ensure_networked, run_sparkpair
 
 pytestmark = pytest.mark.integration
 
@@ -146,13 +145,7 @@ def test_the_lock_holds_the_model_repository_diff_finds_nothing_and_the_bundle_h
     assert f"model_repository/{MODEL}/1/model.json" in held and f"model_repository/{MODEL}/config.pbtxt" in held
     diff = run_sparkpair(inventory, "diff", "--lock", lock)
     assert diff.code == 0, diff.text
-    out = tmp_path / "bundle.tar.gz"
-    run = run_sparkpair(inventory, "bundle", "--out", out, "--lock", lock)
-    assert run.code == 0, run.text
-    with tarfile.open(out) as archive:
-        names = {member.name.split("/", 1)[1] for member in archive.getmembers()}
-        text = "".join(archive.extractfile(m).read().decode(errors="replace")  # type: ignore[union-attr]
-                       for m in archive.getmembers() if m.isfile())
+    names, text = bundle_contents(inventory, tmp_path / "bundle.tar.gz", lock)
     assert {"sparkpair.lock", "diff-lock.json"} <= names
     assert "world_size=2 rank=1" in text and "Started HTTPService at 0.0.0.0:8355" in text   # both ranks' logs
 

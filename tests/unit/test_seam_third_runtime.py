@@ -137,22 +137,28 @@ def test_readiness_and_status_ask_its_own_paths_and_read_its_own_answers(third: 
     assert stage == "completion" and detail.startswith("a generation came back malformed: generate: text_output")
 
 
-def test_status_reads_its_metrics_on_their_own_port_without_draft_counters(third: Runtime,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def _status_of_a_serving_third(monkeypatch: pytest.MonkeyPatch, metrics: bytes) -> lifecycle.Status:
+    """`status` of a launched third runtime whose ranks run, whose server answers, and whose metrics port says
+    METRICS (no memory guard stopped anything)."""
     inv = inventory(runtime="third")
     state = LaunchState(profile="qwen3-235b", nodes=["spark-a", "spark-b"], started=1.0, command="x", runtime="third")
     monkeypatch.setattr(lifecycle, "read_state", lambda head: state)
     monkeypatch.setattr(lifecycle.containers, "find", lambda connection, name: SimpleNamespace(status="running",
                                                                                               running=True))
     monkeypatch.setattr(lifecycle, "rank_processes", lambda *args: [SimpleNamespace(stopped=False)])
-    monkeypatch.setattr(lifecycle.memguard, "status", lambda *args: ({}, []))   # no guard stopped anything
+    monkeypatch.setattr(lifecycle.memguard, "status", lambda *args: ({}, []))
     model = "/v2/models/org--third-model"
     nodes = {name: FakeNode(name) for name in ("spark-a", "spark-b")}
     nodes["spark-a"].http_replies = {
         (8355, "GET", "/v2/health/ready"): Reply(200), (8355, "GET", f"{model}/ready"): Reply(200),
         (8355, "POST", f"{model}/generate"): Reply(200, b'{"text_output": "p"}'),
-        (9002, "GET", "/metrics"): Reply(200, b"third_requests_total 7\n")}
-    result = lifecycle.status(SimpleNamespace(head=nodes["spark-a"], nodes=nodes), inv)  # type: ignore[arg-type]
+        (9002, "GET", "/metrics"): Reply(200, metrics)}
+    return lifecycle.status(SimpleNamespace(head=nodes["spark-a"], nodes=nodes), inv)  # type: ignore[arg-type]
+
+
+def test_status_reads_its_metrics_on_their_own_port_without_draft_counters(third: Runtime,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    result = _status_of_a_serving_third(monkeypatch, b"third_requests_total 7\n")
     assert (result.state, result.runtime, result.model, result.requests) == ("serving", "third", TARGET, 7.0)
     assert result.acceptance_rate is None
 
@@ -265,21 +271,9 @@ def test_bench_reads_acceptance_from_its_gauges_when_it_keeps_no_accepted_token_
 
 def test_status_reads_its_acceptance_rate_gauge(third: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(third, "metrics", GAUGES)
-    inv = inventory(runtime="third")
-    state = LaunchState(profile="qwen3-235b", nodes=["spark-a", "spark-b"], started=1.0, command="x", runtime="third")
-    monkeypatch.setattr(lifecycle, "read_state", lambda head: state)
-    monkeypatch.setattr(lifecycle.containers, "find", lambda connection, name: SimpleNamespace(status="running",
-                                                                                              running=True))
-    monkeypatch.setattr(lifecycle, "rank_processes", lambda *args: [SimpleNamespace(stopped=False)])
-    monkeypatch.setattr(lifecycle.memguard, "status", lambda *args: ({}, []))
-    model = "/v2/models/org--third-model"
-    nodes = {name: FakeNode(name) for name in ("spark-a", "spark-b")}
-    nodes["spark-a"].http_replies = {
-        (8355, "GET", "/v2/health/ready"): Reply(200), (8355, "GET", f"{model}/ready"): Reply(200),
-        (8355, "POST", f"{model}/generate"): Reply(200, b'{"text_output": "p"}'),
-        (9002, "GET", "/metrics"): Reply(200, b"third_requests_total 7\nthird_verifies_total 40\n"
-                                              b"third_accept_length 2.2\nthird_accept_rate 0.625\n")}
-    result = lifecycle.status(SimpleNamespace(head=nodes["spark-a"], nodes=nodes), inv)  # type: ignore[arg-type]
+
+    result = _status_of_a_serving_third(monkeypatch, b"third_requests_total 7\nthird_verifies_total 40\n"
+                                                     b"third_accept_length 2.2\nthird_accept_rate 0.625\n")
     assert (result.state, result.requests, result.acceptance_rate) == ("serving", 7.0, 0.625)
 
 
