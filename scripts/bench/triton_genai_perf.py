@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sparkpair-inventory", help="also run `sparkpair bench` with this inventory")
     parser.add_argument("--profile", help="the profile sparkpair bench measures (default: the inventory's)")
     parser.add_argument("--rounds", type=int, default=3,
-                        help="with --sparkpair-inventory: rounds of GenAI-Perf then bench, medians compared (the "
+                        help="with --sparkpair-inventory: rounds of both, in turn first, medians compared (the "
                              "CPU build's time to first token moves with the machine's load by a factor of two)")
     args = parser.parse_args(argv)
     if not args.sparkpair_inventory:
@@ -141,8 +141,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     theirs, ours = [], []
     for round_number in range(1, args.rounds + 1):   # interleaved, so a change of load meets both alike
-        theirs.append(run_genai_perf(args))
-        ours.append(sparkpair_figures(args))
+        if round_number % 2:   # GenAI-Perf first in odd rounds, bench first in even ones: no tool always goes first
+            theirs.append(run_genai_perf(args))
+            ours.append(sparkpair_figures(args))
+        else:
+            ours.append(sparkpair_figures(args))
+            theirs.append(run_genai_perf(args))
         print(f"round {round_number}: genai-perf TTFT p50 {theirs[-1][0]:.1f} ms, {theirs[-1][1]:.2f} tok/s; "
               f"sparkpair bench TTFT p50 {ours[-1][0]:.1f} ms, {ours[-1][1]:.2f} tok/s", flush=True)
     ttft, tokens = (statistics.median(row[i] for row in theirs) for i in (0, 1))
@@ -150,6 +154,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"genai-perf: TTFT p50 {ttft:.1f} ms, output {tokens:.2f} tok/s (median of {args.rounds} rounds)")
     print(f"sparkpair bench: TTFT p50 {own_ttft:.1f} ms, output {own_tokens:.2f} tok/s (median of {args.rounds} rounds)")
     print(f"ratio sparkpair/genai-perf: TTFT {own_ttft / ttft:.3f}, tok/s {own_tokens / tokens:.3f}")
+    # each round's two runs met the same load: the median of the rounds' own ratios is the paired estimate
+    ratios = [[b[i] / a[i] for a, b in zip(theirs, ours, strict=True)] for i in (0, 1)]
+    paired = [statistics.median(values) for values in ratios]
+    spread = [(min(values), max(values)) for values in ratios]
+    print(f"paired ratio (median of the rounds' ratios): TTFT {paired[0]:.3f} ({spread[0][0]:.2f}-{spread[0][1]:.2f}), "
+          f"tok/s {paired[1]:.3f} ({spread[1][0]:.2f}-{spread[1][1]:.2f})")
 
 
 if __name__ == "__main__":

@@ -9,11 +9,13 @@ One shape start for the module; `testbed_shape` brings back the pair after it. R
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import yaml
 from conftest import EAGER_VLLM, run_sparkpair, variant_inventory
+from sparkpair_testbed.layout import VLLM_RAY_IMAGE_TAG
 
 NODES = ("spark-a", "spark-b", "spark-c", "spark-d")
 TWINS = ("enp1s0f1np1", "enP2p1s0f1np1")   # each node's port f1 to the switch
@@ -24,6 +26,10 @@ SPLIT = {"qwen3-235b": {"tp_size": 4}}   # one rank per Spark of the switch
 def switch_of_four(testbed_shape, tmp_path_factory):
     """The switch of four, networked by sparkpair, and its inventory with qwen3-235b split over the four nodes."""
     bed = testbed_shape(4, "switch")
+    # The vLLM image into spark-c's and spark-d's new engines (about 45 s of `docker load`) while setup-network
+    # runs; the real-vLLM test's own bed.vllm() then finds it done (the testbed lock orders the two).
+    loading = ThreadPoolExecutor(max_workers=1)
+    loading.submit(bed.vllm)   # its outcome is the real-vLLM test's to report, through its own bed.vllm()
     data = yaml.safe_load(Path(bed.inventory).read_text())
     assert data["topology"] == "switch" and [node["name"] for node in data["nodes"]] == list(NODES)
     path = tmp_path_factory.mktemp("switch4") / "inventory.yaml"
@@ -41,6 +47,7 @@ def switch_of_four(testbed_shape, tmp_path_factory):
     run_sparkpair(path, "stop")
     yield bed, path
     run_sparkpair(path, "stop")
+    loading.shutdown(wait=True)   # never a load still running when the pair comes back
 
 
 def doctor_json(path: Path, *args: str) -> list[dict]:
@@ -135,6 +142,8 @@ def test_the_real_vllm_reaches_ready_at_tp4_with_nnodes_4(switch_of_four, tmp_pa
     bed, split = switch_of_four
     path = variant_inventory(split, tmp_path, EAGER_VLLM)  # four ranks compiling on two cores took minutes
     bed.vllm()  # the vLLM image in every node's engine, the tiny target and draft in the head's cache
+    for name in NODES[2:]:  # the Ray image only where its two-node playbook runs: no 3 GB load into the others
+        assert VLLM_RAY_IMAGE_TAG not in bed.exec(name, "docker images --format '{{.Repository}}:{{.Tag}}'").stdout
     run = run_sparkpair(path, "launch", "qwen3-235b", "--runtime", "vllm", "--timeout", "1500", timeout=1800)
     assert run.code == 0 and "ready in" in run.out, run.text
     state = json.loads(bed.exec("spark-a", "cat ~/.sparkpair/state/launch.json", user="nvidia").stdout)

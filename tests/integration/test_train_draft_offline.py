@@ -104,3 +104,12 @@ def test_a_dry_run_afterwards_finds_every_offline_step_done(offline) -> None:
     assert [step for step in ("data", "hidden", "train", "export", "evaluate") if states[step].startswith("done")] == \
         ["data", "hidden", "train", "export", "evaluate"]
     assert states["plan"]["mode"] == "offline" and states["plan"]["device"] == "cpu"
+
+
+def test_the_training_image_runs_one_thread_per_rank(offline) -> None:
+    """The testbed's training image (its Dockerfile): torch runs one thread, as the two ranks share this machine's
+    two cores (two threads each made a step 0.9-1.0 s instead of 0.17 s: they spun for each other's core)."""
+    bed, _, _ = offline
+    threads = _on(bed, "spark-b", f"docker run --rm --network none {IMAGE} python -c "
+                                  "'import torch; print(torch.get_num_threads())'")
+    assert threads.strip() == "1", threads

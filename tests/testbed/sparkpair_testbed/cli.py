@@ -128,7 +128,8 @@ def do_vllm(args) -> int:
         return 0
     with locked():
         setup = vllm_pair.ensure_vllm(log)
-    log(f"vLLM {setup.vllm_version}: {setup.image} and {setup.ray_image} on {lifecycle.on_every_node()}; "
+    log(f"vLLM {setup.vllm_version}: {setup.image} on {lifecycle.on_every_node()}, {setup.ray_image} on "
+        f"{vllm_pair.RAY_NODES}; "
         f"{setup.target_repo} and {setup.draft_repo} in {setup.head}'s HF cache; record: {vllm_pair.RECORD}")
     return 0
 

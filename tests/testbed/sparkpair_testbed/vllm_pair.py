@@ -5,7 +5,9 @@ Idempotent, each step cached (see vllm_wheels.py, vllm_image.py, vllm_models.py)
   2. the image sparkpair/vllm-cpu:VLLM_VERSION in both nodes' engines (built in spark-a's engine
      when the cache lacks it, loaded where missing);
   3. the Ray image sparkpair/vllm-cpu-ray:VLLM_VERSION (vllm_ray.py: that image with
-     `ray[default]` from a second wheelhouse, built in each engine that lacks it);
+     `ray[default]` from a second wheelhouse) in spark-a's and spark-b's engines only: NVIDIA's Ray
+     playbook is a two-node recipe, and a larger shape's other nodes would each take a 3 GB load
+     (about a minute for two) that no test of theirs uses;
   4. the tiny target and Eagle3 draft, generated in that image when the cache lacks them, in the
      HEAD node's HF cache (planted again when a reset took them away), and served whole by the
      stand-in hub (hub.serve_folders), so the real `hf download` of a runbook finds them there.
@@ -22,11 +24,23 @@ from pathlib import Path
 from . import hub, vllm_image, vllm_models, vllm_ray, vllm_wheels
 from .daemons import docker_running
 from .hostexec import CommandError, holder_pid
-from .layout import HEAD, NODES, STATE_DIR, VLLM_DRAFT_REPO, VLLM_IMAGE_TAG, VLLM_RAY_IMAGE_TAG, VLLM_TARGET_REPO, VLLM_VERSION
+from .layout import (
+    HEAD,
+    NODES,
+    STATE_DIR,
+    VLLM_DRAFT_REPO,
+    VLLM_IMAGE_TAG,
+    VLLM_RAY_IMAGE_TAG,
+    VLLM_TARGET_REPO,
+    VLLM_VERSION,
+    WORKER,
+)
 
 RECORD = STATE_DIR / "vllm.json"
+RAY_NODES = f"{HEAD.name} and {WORKER.name}"   # the nodes with the Ray image, as the log lines name them
 # What the image's environment already holds (vllm_image/Dockerfile), for the record.
-IMAGE_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_CPU_KVCACHE_SPACE": "1"}
+IMAGE_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_CPU_KVCACHE_SPACE": "1",
+             "OMP_NUM_THREADS": "1", "KMP_BLOCKTIME": "0"}
 
 
 @dataclass
@@ -44,8 +58,13 @@ class VllmSetup:
     snapshots: dict                 # repo id -> snapshot folder on the head node
     commits: dict                   # repo id -> the commit refs/main holds
     timings: dict = field(default_factory=dict)   # step -> seconds this run took
-    ray_image: str = ""             # the vLLM image with ray[default] (vllm_ray.py), in both engines
+    ray_image: str = ""             # the vLLM image with ray[default] (vllm_ray.py), in the pair's two engines
     ray_image_key: str = ""         # its key label (the vLLM image ID, the Ray wheels, the commands)
+
+
+def ray_nodes() -> list:
+    """The nodes of the current shape that get the Ray image: spark-a and spark-b (RAY_NODES)."""
+    return [node for node in NODES if node.name in (HEAD.name, WORKER.name)]
 
 
 def require_pair() -> None:
@@ -56,7 +75,8 @@ def require_pair() -> None:
 
 
 def ensure_vllm(log) -> VllmSetup:
-    """Wheelhouses, both images in both nodes, models on the head; returns (and records) the setup."""
+    """Wheelhouses, the vLLM image in every node and the Ray image in the pair's two (RAY_NODES), models on the
+    head; returns (and records) the setup."""
     timings = {}
     begin = time.monotonic()
     house = vllm_wheels.ensure_wheelhouse(log)
@@ -70,10 +90,10 @@ def ensure_vllm(log) -> VllmSetup:
          "present": f"{VLLM_IMAGE_TAG} already present on both nodes"}[outcome])
     begin = time.monotonic()
     ray_house = vllm_ray.ensure_wheelhouse(house, log)
-    ray_key, ray_outcome = vllm_ray.ensure_image(NODES, ray_house, vllm_image.expected_image_id(key))
+    ray_key, ray_outcome = vllm_ray.ensure_image(ray_nodes(), ray_house, vllm_image.expected_image_id(key))
     took = timings[f"ray_image_{ray_outcome}"] = round(time.monotonic() - begin, 1)
     log({"built": f"{VLLM_RAY_IMAGE_TAG} built in {took}s",
-         "present": f"{VLLM_RAY_IMAGE_TAG} already present on both nodes"}[ray_outcome])
+         "present": f"{VLLM_RAY_IMAGE_TAG} already present on {RAY_NODES}"}[ray_outcome])
     begin = time.monotonic()
     source = vllm_models.generate(vllm_models.models_key(key), log)
     vllm_models.check_generated(source)

