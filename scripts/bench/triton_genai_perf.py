@@ -14,7 +14,8 @@ Usage:
       [--endpoint-type generate|kserve] [--requests 20] [--isl 64] [--osl 64] [--tokenizer DIR]
       [--sparkpair-inventory PATH [--profile qwen3-235b] [--rounds 3]]
 The last lines: `genai-perf: TTFT p50 X ms, output Y tok/s` and, with --sparkpair-inventory,
-`sparkpair bench: TTFT p50 X ms, output Y tok/s` and `ratio sparkpair/genai-perf: TTFT R, tok/s R`. With
+`sparkpair bench: TTFT p50 X ms, output Y tok/s`, `ratio sparkpair/genai-perf: TTFT R, tok/s R` (of the
+rounds' medians) and `paired ratio ...` (the median of each round's own ratio, with their range). With
 --sparkpair-inventory both send the same prompt (--prompt; GenAI-Perf's --input-file, bench's --prompts), so the
 time to first token compares like with like; without it GenAI-Perf's prompts are synthetic (--isl tokens).
 """
