@@ -111,6 +111,9 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
 
 TIMED_OUT = 124  # the exit code of a command that outlived its timeout (as coreutils' timeout says it)
 OVER_CAP = 125   # the exit code of a command whose output outgrew its byte cap (reading stopped there)
+NO_EXIT_STATUS = -1  # paramiko's exit code of a session that closed without sending one
+NO_EXIT_STATUS_TEXT = ("the SSH session closed without an exit status (the command was killed by a signal, or sshd "
+                       "ended the session); run it again, and see the node's journal if it repeats")
 EARLY_FAILURE_KEPT_S = 2.0  # an early connect's error older than this is not reported: the first use retries
 
 
@@ -250,6 +253,8 @@ class NodeConnection:
                                  "not read", over_cap=True)
         if code is None:
             return CommandResult(self.name, text, TIMED_OUT, stdout, f"timed out after {timeout} s", timed_out=True)
+        if code == NO_EXIT_STATUS and not stderr.strip():  # said, not left as a bare "exit -1"
+            stderr = NO_EXIT_STATUS_TEXT
         return CommandResult(self.name, text, code, stdout, stderr)
 
     def stream(self, command: Command, on_line: Callable[[str], None], *, timeout: float = STREAM_TIMEOUT_S) -> int:

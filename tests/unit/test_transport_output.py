@@ -86,3 +86,22 @@ def test_quick_acks_are_asked_again_before_every_read() -> None:
                 peer.sendall(chunk)
                 assert sock.recv(64) == chunk
     assert asked == [(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)] * 2
+
+
+def test_a_session_that_closed_without_an_exit_status_says_so_instead_of_a_bare_exit_minus_one(tmp_path,
+                                                                                                 monkeypatch) -> None:
+    """paramiko gives -1 when the channel closed without an exit status (seen once in CI: doctor's clock probe
+    then read "failed: exit -1"); the result's stderr now says what happened, and what to do."""
+    from sparkpair.errors import last_line
+    from sparkpair.transport import NodeConnection, SshTarget
+    from sparkpair.transport.shell import Shell
+
+    connection = NodeConnection(SshTarget("spark-a", "127.0.0.1", 22, "nvidia", tmp_path / "key", tmp_path / "kh"))
+    monkeypatch.setattr(connection, "_execute", lambda *args, **kwargs: -1)
+    result = connection.run(Shell("date +%s.%N"))
+    assert result.exit_code == -1 and not result.ok
+    shown = last_line(result.stderr, f"exit {result.exit_code}")
+    assert shown.startswith("the SSH session closed without an exit status (the command was killed by a signal")
+    monkeypatch.setattr(connection, "_execute", lambda text, timeout, stdin, on_out, on_err, enough: (
+        on_err(b"Killed\n"), -1)[1])
+    assert connection.run(Shell("date")).stderr == "Killed\n"   # what the command said is kept as it is
