@@ -26,6 +26,15 @@ if TYPE_CHECKING:
 COMMAND_TIMEOUT_S = 600.0       # a command's deadline unless its caller gives one (netplan apply, docker run fit)
 OUTPUT_CAP = 16 << 20           # the most a command's stdout and stderr hold together unless its caller says
 STREAM_TIMEOUT_S = 24 * 3600.0  # a stream (a download, a verification, logs --follow): lines handed on as they come
+NO_EXIT_STATUS = -1  # paramiko's exit code of a session that closed without sending one, said as NO_EXIT_STATUS_TEXT
+NO_EXIT_STATUS_TEXT = ("the SSH session closed without an exit status (the command was killed by a signal, or sshd "
+                       "ended the session); run it again, and see the node's journal if it repeats")
+
+
+def said_of_silent_exit(code: int) -> str:
+    """What to say of exit code CODE when the command printed nothing to stderr: NO_EXIT_STATUS_TEXT for paramiko's
+    -1 (never a bare "exit -1"), else nothing."""
+    return NO_EXIT_STATUS_TEXT if code == NO_EXIT_STATUS else ""
 
 
 def require_limits(timeout: float, cap: int | None = OUTPUT_CAP) -> None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkpair.errors import ConnectError, ConnectionLost, RemoteCommandError
-from sparkpair.transport import httpio, sftpread, tcp
+from sparkpair.transport import httpio, node, sftpread, tcp
 from sparkpair.transport.lines import CappedOutput, LineSink
 from sparkpair.transport.node import COMMAND_TIMEOUT_S, OUTPUT_CAP, STREAM_TIMEOUT_S, require_limits
 from sparkpair.transport.root import Root
@@ -111,9 +111,6 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
 
 TIMED_OUT = 124  # the exit code of a command that outlived its timeout (as coreutils' timeout says it)
 OVER_CAP = 125   # the exit code of a command whose output outgrew its byte cap (reading stopped there)
-NO_EXIT_STATUS = -1  # paramiko's exit code of a session that closed without sending one
-NO_EXIT_STATUS_TEXT = ("the SSH session closed without an exit status (the command was killed by a signal, or sshd "
-                       "ended the session); run it again, and see the node's journal if it repeats")
 EARLY_FAILURE_KEPT_S = 2.0  # an early connect's error older than this is not reported: the first use retries
 
 
@@ -253,9 +250,7 @@ class NodeConnection:
                                  "not read", over_cap=True)
         if code is None:
             return CommandResult(self.name, text, TIMED_OUT, stdout, f"timed out after {timeout} s", timed_out=True)
-        if code == NO_EXIT_STATUS and not stderr.strip():  # said, not left as a bare "exit -1"
-            stderr = NO_EXIT_STATUS_TEXT
-        return CommandResult(self.name, text, code, stdout, stderr)
+        return CommandResult(self.name, text, code, stdout, stderr or node.said_of_silent_exit(code))
 
     def stream(self, command: Command, on_line: Callable[[str], None], *, timeout: float = STREAM_TIMEOUT_S) -> int:
         """Run a command, handing each line of its output (stdout and stderr) to on_line as it comes, each at
