@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkpair.errors import ConnectError, ConnectionLost, RemoteCommandError
-from sparkpair.transport import httpio, node, sftpread, tcp
+from sparkpair.transport import httpio, sftpread, tcp
 from sparkpair.transport.lines import CappedOutput, LineSink
-from sparkpair.transport.node import COMMAND_TIMEOUT_S, OUTPUT_CAP, STREAM_TIMEOUT_S, require_limits
+from sparkpair.transport.node import COMMAND_TIMEOUT_S, OUTPUT_CAP, STREAM_TIMEOUT_S, require_limits, said_of_silent_exit
 from sparkpair.transport.root import Root
 from sparkpair.transport.sftpread import READ_CAP, READ_TIMEOUT_S
 from sparkpair.transport.shell import PATH_PREFIX, Command, Shell, command_text, shown_text
@@ -250,7 +250,7 @@ class NodeConnection:
                                  "not read", over_cap=True)
         if code is None:
             return CommandResult(self.name, text, TIMED_OUT, stdout, f"timed out after {timeout} s", timed_out=True)
-        return CommandResult(self.name, text, code, stdout, stderr or node.said_of_silent_exit(code))
+        return CommandResult(self.name, text, code, stdout, stderr or said_of_silent_exit(code))
 
     def stream(self, command: Command, on_line: Callable[[str], None], *, timeout: float = STREAM_TIMEOUT_S) -> int:
         """Run a command, handing each line of its output (stdout and stderr) to on_line as it comes, each at
