@@ -70,7 +70,7 @@ def test_bench_matches_the_configured_truth_and_leaves_the_profile_as_launched(k
     launch = run_sparkpair(knobbed, "launch", "--replace", "--timeout", "120")
     assert launch.code == 0, launch.text
     out = tmp_path / "bench"
-    run = run_sparkpair(knobbed, "bench", "--concurrency", "1,2", "--requests", "8", "--max-tokens", "128",
+    run = run_sparkpair(knobbed, "bench", "--concurrency", "1,2", "--requests", "8", "--max-tokens", "64",
                         "--compare-baseline", "--draft-len", "2,4", "--out", out, "--json")
     assert run.code == 0, run.text
     results = json.loads(run.out)

@@ -274,7 +274,7 @@ def test_a_load_that_would_end_under_the_floor_is_stopped_before_the_guard_has_t
     """spark-b has 9 GiB left and the floor is 9 GiB: the preflight passes (the profile says it needs 3 GiB: its
     real sizes are not on a fresh worker yet), the guard has nothing to do (not under the floor), but what the rank
     still has to load would take it under: the launch watch stops the launch, names memory.overshoot, and tears it
-    down. (slow-load: the stand-in's rank loads for about 90 s instead of an instant, so the watch sees it loading.)"""
+    down. (slow-load: the stand-in's rank loads for about 40 s instead of an instant, so the watch sees it loading.)"""
     data = yaml.safe_load(Path(stopped.inventory).read_text())
     data["memory_guard"] = {"floor_gib": 9}
     data.setdefault("models", {})["qwen3-235b"] = {"target_gib": 2, "draft_gib": 1, "headroom_gib": 1}

@@ -80,7 +80,7 @@ FAULTS = {fault.name: fault for fault in (
           gb10.disk_low_apply, gb10.disk_low_heal),
     Fault("stall-at-nccl", "NCCL's socket handshakes to and from the node are dropped (ranks wait in NCCL init)",
           engine.stall_at_nccl_apply, engine.stall_at_nccl_heal),
-    Fault("slow-load", "the node's GPU in HW slowdown: the engine loads its weights in about 90 s",
+    Fault("slow-load", "the node's GPU in HW slowdown: the engine loads its weights in about 40 s",
           engine.slow_load_apply, engine.slow_load_heal),
     Fault("engine-wedged", "the engine's rank on the node is stopped (SIGSTOP): /health answers, generation hangs",
           engine.engine_wedged_apply, engine.engine_wedged_heal),

@@ -20,7 +20,7 @@ from .layout import GPU_STATE, Node
 NCCL_MAGIC_U32 = "0>>22&0x3C@12>>26&0x3C@0=0x6c9d4bfc"
 NCCL_DROP = ["-p", "tcp", "-m", "u32", "--u32", NCCL_MAGIC_U32, "-j", "DROP"]
 CHAINS = ("INPUT", "OUTPUT")
-SLOWDOWN_MHZ = 67            # of 3003 MHz: the stand-in loads about 45x slower (2 s -> 90 s)
+SLOWDOWN_MHZ = 150           # of 3003 MHz: the stand-in loads about 20x slower (2 s -> 40 s)
 RANK_PROGRAM = "trtllm-serve"
 
 
@@ -50,7 +50,7 @@ def _write_gpu(node: Node, facts: dict) -> None:
 
 
 def slow_load_apply(node: Node, options) -> dict:
-    """The node's GPU in HW slowdown: containers started from now on see it at 67 MHz."""
+    """The node's GPU in HW slowdown: containers started from now on see it at 150 MHz."""
     facts = _gpu(node)
     _write_gpu(node, {**facts, "hw_slowdown_mhz": SLOWDOWN_MHZ})
     return {"facts": facts}

@@ -74,10 +74,10 @@ def mount_plan(node_dir: Path) -> None:
     remount_sys(node_dir)
     mount("-t", "tmpfs", "-o", "mode=755", "tmpfs", "/run")
     overlay("/etc", node_dir, "etc")
-    overlay("/root", node_dir, "root")
     for shared in ("/var/backups", "/var/log"):  # a machine's own backups and logs (the rest of /var is the host's)
         if Path(shared).is_dir():
             overlay(shared, node_dir, shared.strip("/").replace("/", "-"))
+    bind(node_dir / "root-home", "/root")  # a Spark's own root home, never this machine's toolchains
     bind(node_dir / "etc-netplan", "/etc/netplan")
     bind(node_dir / "etc-ssh", "/etc/ssh")
     bind(node_dir / "root-ssh", "/root/.ssh")

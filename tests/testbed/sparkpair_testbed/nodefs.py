@@ -2,7 +2,8 @@
 
 The holder (holder.py) mounts them inside the node's mount namespace:
     etc-upper/      overlay upper of /etc: hosts, hostname, dgx-release, environment, resolv.conf
-    root-upper/     overlay upper of /root (root's home stays private per node)
+    root-home/      /root: root's own home, as a fresh machine has it (/etc/skel's files, .ssh); none of
+                    this machine's /root (its toolchains: GBs that every search of a node would read)
     etc-netplan/    /etc/netplan with the management config (50-cloud-init.yaml)
     etc-ssh/        /etc/ssh with the node's own host keys and sshd_config
     root-ssh/       /root/.ssh (empty)
@@ -184,6 +185,16 @@ def install_standins(node: Node) -> None:
                 (target / source.name).chmod(0o755)
 
 
+def prepare_root_home(home: Path) -> None:
+    """Root's home as a fresh install leaves it: mode 700, /etc/skel's dotfiles, an empty .ssh (mode 700)."""
+    home.chmod(0o700)
+    (home / ".ssh").chmod(0o700)
+    skel = Path("/etc/skel")
+    for name in (".bashrc", ".profile"):
+        if (skel / name).is_file() and not (home / name).exists():
+            shutil.copyfile(skel / name, home / name)
+
+
 def prepare(node: Node, operator_pub: str) -> None:
     """Make every private file of NODE (idempotent: host keys are generated only once)."""
     node.dir.mkdir(parents=True, exist_ok=True)
@@ -191,10 +202,10 @@ def prepare(node: Node, operator_pub: str) -> None:
     prepare_ssh(node)
     prepare_home(node, operator_pub)
     install_standins(node)
-    for name in ("root-upper/.ssh", "root-ssh", "tmp", "docker"):
+    for name in ("root-home/.ssh", "root-ssh", "tmp", "docker"):
         (node.dir / name).mkdir(parents=True, exist_ok=True)
+    prepare_root_home(node.dir / "root-home")
     (node.dir / "root-ssh").chmod(0o700)
-    (node.dir / "root-upper" / ".ssh").chmod(0o700)
     (node.dir / "tmp").chmod(0o1777)
     write(node.dir / "gpu0.json", json.dumps(gpu_facts(node), indent=2) + "\n")
     write(node.dir / "disk.json", gb10.disk_state())

@@ -1,7 +1,8 @@
 """Measured truth: what a streaming client measures agrees with the README formulas (2 MPI ranks).
 
 TTFT = SIM_PREFILL_MS; decode rate = (1 + E[k]) / (SIM_ITER_MS + n * SIM_DRAFT_MS) tokens per ms,
-with E[k] = p + p^2 + ... + p^n (n = 0: 1 / SIM_ITER_MS). Tolerance 10%.
+with E[k] = p + p^2 + ... + p^n (n = 0: 1 / SIM_ITER_MS). Tolerance 10%; the first token may also run up to
+the engine's FIRST_TOKEN_SLACK_MS over it (work no knob times, which grows with the host's load), never under.
 """
 
 import statistics
@@ -9,7 +10,7 @@ import time
 
 import openai
 import pytest
-from simengine.knobs import Timing
+from simengine.knobs import FIRST_TOKEN_SLACK_MS, Timing
 from simengine.testing import ServerJob, free_port, make_model, mpirun_args, tool_env
 
 MODEL = "Qwen/Qwen3-235B-A22B"
@@ -71,12 +72,18 @@ def assert_close(measured, expected, what):
     assert abs(measured - expected) <= TOLERANCE * expected, f"{what}: measured {measured:.4g}, expected {expected:.4g}"
 
 
+def assert_first_token_close(measured, prefill_s, what):
+    """TTFT within the tolerance of the prefill, plus the engine's one-sided first-token slack above it."""
+    low, high = prefill_s * (1 - TOLERANCE), prefill_s * (1 + TOLERANCE) + FIRST_TOKEN_SLACK_MS / 1000
+    assert low <= measured <= high, f"{what}: measured {measured:.4g}, expected {prefill_s:.4g} ({low:.4g}-{high:.4g})"
+
+
 def test_without_draft_ttft_and_rate_match(tmp_path, cache):
     knobs = {"SIM_PREFILL_MS": 250, "SIM_ITER_MS": 25, "SIM_SEED": 1}
     timing = Timing(prefill_ms=250, iter_ms=25)
     ttft, arrivals = run_pair(tmp_path, cache, "enable_iter_perf_stats: true\n", knobs,
                               lambda api: median_ttft_then_stream(api, 100))
-    assert_close(ttft, timing.prefill_ms / 1000, "TTFT")
+    assert_first_token_close(ttft, timing.prefill_ms / 1000, "TTFT")
     assert_close(decode_rate(arrivals), 1 / timing.iteration_seconds(0), "tokens/s without a draft")
     gaps = [b[0] - a[0] for a, b in zip(arrivals, arrivals[1:])]
     assert_close(statistics.median(gaps), timing.iteration_seconds(0), "inter-token latency")
@@ -90,7 +97,7 @@ def test_with_draft_rate_matches_expected_acceptance(tmp_path, cache):
                  f"  speculative_model: {cache / 'draft'}\n")
     ttft, arrivals = run_pair(tmp_path, cache, yaml_text, knobs, lambda api: median_ttft_then_stream(api, 900))
     expected_tokens_per_iteration = 1 + timing.expected_accepted(n)
-    assert_close(ttft, timing.prefill_ms / 1000, "TTFT with a draft")
+    assert_first_token_close(ttft, timing.prefill_ms / 1000, "TTFT with a draft")
     chunk_sizes = [count for _, count in arrivals[1:]]
     assert max(chunk_sizes) <= 1 + n
     assert_close(statistics.mean(chunk_sizes), expected_tokens_per_iteration, "mean accepted length")

@@ -12,6 +12,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -135,6 +136,24 @@ def test_node_identity_files_and_standins(testbed):
         assert "Address=198.18.0.1" in generated.stdout
     uuids = {testbed.exec(n, "nvidia-smi -L").stdout for n in NODES}
     assert len(uuids) == 2
+
+
+def test_roots_home_is_the_nodes_own_not_this_machines(testbed):
+    """A Spark's /root holds root's dotfiles, not this machine's: a file put in this machine's /root is not in
+    either node's, and what the node writes there stays out of this machine's (the node's own, mode 700)."""
+    marker = Path("/root") / f".testbed-host-marker-{os.getpid()}"
+    marker.write_text("this machine's\n")
+    try:
+        for node in NODES:
+            shown = testbed.exec(node, f"test -e {marker} && echo SEEN; stat -c %a /root; ls -A /root").stdout.split()
+            assert "SEEN" not in shown and shown[0] == "700", (node, shown)
+            assert set(shown[1:]) <= {".bashrc", ".profile", ".ssh", ".cache", ".docker", ".config"}, (node, shown)
+        testbed.exec("spark-a", "echo node > /root/.testbed-node-own")
+        assert not Path("/root/.testbed-node-own").exists()
+        assert testbed.exec("spark-b", "test -e /root/.testbed-node-own", check=False).returncode != 0
+    finally:
+        marker.unlink()
+        testbed.exec("spark-a", "rm -f /root/.testbed-node-own")
 
 
 def test_each_engine_runs_host_network_containers_seeing_its_twins(testbed):
