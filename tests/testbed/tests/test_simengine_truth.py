@@ -56,10 +56,12 @@ def stream_timings(api, max_tokens, prompt="Tell me about two cabled Sparks"):
     return arrivals[0][0] - started, arrivals
 
 
-def median_ttft_then_stream(api, max_tokens, samples=3):
-    """Median TTFT of ``samples`` short requests (robust to one host hiccup), then one long stream."""
+def least_ttft_then_stream(api, max_tokens, samples=5):
+    """The least TTFT of ``samples`` short requests, then one long stream. The engine's own TTFT is fixed (the
+    prefill); what a loaded host adds is late wake-ups of the ranks and the client, never a head start, so the
+    least of a few samples is the nearest to the engine's. Still two-sided: under the prefill fails."""
     ttfts = [stream_timings(api, 2, prompt=f"ttft probe {i}")[0] for i in range(samples)]
-    return statistics.median(ttfts), stream_timings(api, max_tokens)[1]
+    return min(ttfts), stream_timings(api, max_tokens)[1]
 
 
 def decode_rate(arrivals):
@@ -82,7 +84,7 @@ def test_without_draft_ttft_and_rate_match(tmp_path, cache):
     knobs = {"SIM_PREFILL_MS": 250, "SIM_ITER_MS": 25, "SIM_SEED": 1}
     timing = Timing(prefill_ms=250, iter_ms=25)
     ttft, arrivals = run_pair(tmp_path, cache, "enable_iter_perf_stats: true\n", knobs,
-                              lambda api: median_ttft_then_stream(api, 100))
+                              lambda api: least_ttft_then_stream(api, 100))
     assert_first_token_close(ttft, timing.prefill_ms / 1000, "TTFT")
     assert_close(decode_rate(arrivals), 1 / timing.iteration_seconds(0), "tokens/s without a draft")
     gaps = [b[0] - a[0] for a, b in zip(arrivals, arrivals[1:])]
@@ -95,7 +97,7 @@ def test_with_draft_rate_matches_expected_acceptance(tmp_path, cache):
     timing = Timing(prefill_ms=250, iter_ms=8, draft_ms=2, accept_prob=p)
     yaml_text = (f"speculative_config:\n  decoding_type: Eagle3\n  max_draft_len: {n}\n"
                  f"  speculative_model: {cache / 'draft'}\n")
-    ttft, arrivals = run_pair(tmp_path, cache, yaml_text, knobs, lambda api: median_ttft_then_stream(api, 900))
+    ttft, arrivals = run_pair(tmp_path, cache, yaml_text, knobs, lambda api: least_ttft_then_stream(api, 900))
     expected_tokens_per_iteration = 1 + timing.expected_accepted(n)
     assert_first_token_close(ttft, timing.prefill_ms / 1000, "TTFT with a draft")
     chunk_sizes = [count for _, count in arrivals[1:]]
