@@ -6,8 +6,9 @@ from dataclasses import dataclass
 # The first token comes after the prefill plus work no knob times, which grows with the host's load: the
 # request parsed and templated before it is admitted, one MPI step across the ranks, the first chunk's flush.
 # On a loaded 2-core CI machine it took 134-145 ms against a 120 ms prefill (bench, every row alike) and
-# 276-287 ms against 250 ms (test_simengine_truth). Whoever checks a measured TTFT against prefill_ms allows
-# this much on top of the tolerance, one-sided: a TTFT under the prefill still fails.
+# medians of 276-309 ms against 250 ms (test_simengine_truth, which now takes the least of a few). Whoever
+# checks a measured TTFT against prefill_ms allows this much on top of the tolerance, one-sided: a TTFT under
+# the prefill still fails.
 FIRST_TOKEN_SLACK_MS = 30.0
 
 
