@@ -5,11 +5,11 @@ from dataclasses import dataclass
 
 # The first token comes after the prefill plus work no knob times, which grows with the host's load: the
 # request parsed and templated before it is admitted, one MPI step across the ranks, the first chunk's flush.
-# On a loaded 2-core CI machine it took 134-145 ms against a 120 ms prefill (bench, every row alike) and
-# medians of 276-309 ms against 250 ms (test_simengine_truth, which now takes the least of a few). Whoever
-# checks a measured TTFT against prefill_ms allows this much on top of the tolerance, one-sided: a TTFT under
-# the prefill still fails.
-FIRST_TOKEN_SLACK_MS = 30.0
+# On the 2-core project machine: 134-145 ms against a 120 ms prefill (bench in the pair, loaded CI); medians of
+# 276-309 ms against 250 ms (test_simengine_truth in CI); and on a quiet host, 10 requests each, 289-349 ms
+# without a draft and 279-291 ms with one, against 250 ms (2026-11-28). Whoever checks a measured TTFT against
+# prefill_ms allows this much on top of the tolerance, one-sided: a TTFT under the prefill still fails.
+FIRST_TOKEN_SLACK_MS = 60.0
 
 
 def _float(env, name, default):
