@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from simengine.knobs import FIRST_TOKEN_SLACK_MS, Timing
+from simengine.knobs import Timing, first_token_within
 
 TOLERANCE = 0.10
 
@@ -63,7 +63,7 @@ def compare(results: dict[str, Any], timing: Timing) -> list[dict[str, Any]]:
 def _within(figure: str, measured: float, expected: float, error: float) -> bool:
     """Whether a measured figure is the expected one within the tolerance (the first token: plus its slack)."""
     if figure == "ttft_ms_p50":
-        return expected * (1 - TOLERANCE) <= measured <= expected * (1 + TOLERANCE) + FIRST_TOKEN_SLACK_MS
+        return first_token_within(measured, expected, TOLERANCE)
     return abs(error) <= TOLERANCE
 
 

@@ -12,6 +12,11 @@ from dataclasses import dataclass
 FIRST_TOKEN_SLACK_MS = 60.0
 
 
+def first_token_within(measured_ms, prefill_ms, tolerance):
+    """Whether a measured TTFT is the prefill's: within the tolerance below, the tolerance plus the slack above."""
+    return prefill_ms * (1 - tolerance) <= measured_ms <= prefill_ms * (1 + tolerance) + FIRST_TOKEN_SLACK_MS
+
+
 def _float(env, name, default):
     value = env.get(name)
     return float(value) if value not in (None, "") else default
