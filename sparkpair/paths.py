@@ -49,9 +49,15 @@ CONTAINER_SSH = "/sparkpair/ssh"                   # the node user's ~/.ssh, rea
 CONTAINER_HF_HOME = "/sparkpair/hf"                # the node's HF cache
 CONTAINER_HOST_KEY = "/sparkpair/ssh_host_ed25519_key"  # the node's host key, for the in-container sshd
 CONTAINER_LOGS = "/var/log/sparkpair"              # mpirun and rank output
+CONTAINER_ENGINE_CACHE = "/sparkpair/cache"        # the engine's compile caches (ENGINE_CACHE_VOLUME)
 MODEL_LINKS = "sparkpair-models"                   # stable names for snapshots, inside the HF cache
 HIDDEN_STATES = "sparkpair-hidden"                 # train-draft's offline hidden states as the engine writes them,
-                                                   # inside the HF cache (the engine container's only writable mount)
+                                                   # inside the HF cache (the engine container's one writable mount
+                                                   # from the user's home)
+# On each node, a Docker volume (not a path): what the engines compile at a start (vLLM's model inspections and
+# torch.compile artifacts, Inductor's kernels, the Triton compiler's), kept across containers so the next start
+# loads them instead; Docker owns it, so nothing root-owned lands in the user's home. `docker volume rm` drops it.
+ENGINE_CACHE_VOLUME = "sparkpair-engine-cache"
 
 
 def node_key_comment(node: str) -> str:

@@ -95,7 +95,7 @@ def ensure(connection: Node, spec: recipe.ContainerSpec, replace_existing: bool,
 
 def _prepare_host_dirs(connection: Node, spec: recipe.ContainerSpec) -> None:
     """Create mount sources as the user first (Docker would create missing ones owned by root)."""
-    directories = [source for target, (source, _) in spec.mounts.items() if target != recipe.HOST_KEY]
+    directories = recipe.host_directories(spec)
     connection.check(Shell("mkdir -p " + " ".join(["{}"] * len(directories)) + " && chmod 700 {}",
                            *directories, spec.mounts[recipe.SECRETS_DIR][0]))
 

@@ -33,6 +33,24 @@ NODE_CONFIG_DIR = paths.CONFIG_DIR.removeprefix("~/")
 NODE_SECRETS_DIR = paths.SECRETS_DIR.removeprefix("~/")
 MODEL_LINKS = paths.MODEL_LINKS
 HIDDEN_STATES_DIR = f"{HF_HOME}/{paths.HIDDEN_STATES}"   # where an engine writes train-draft's hidden states
+ENGINE_CACHE = paths.CONTAINER_ENGINE_CACHE
+ENGINE_CACHE_VOLUME = paths.ENGINE_CACHE_VOLUME
+
+# The models and the compile caches, the same in every runtime's container: the HF cache offline, the token read
+# from its 0600 file; Inductor's generated kernels (on a CPU vLLM compiles its sampler's C++ at the first request:
+# 20-30 s of each start here) and the Triton compiler's GPU kernels on the node's engine-cache volume, so a
+# second start loads what the first compiled.
+SERVING_ENV = {
+    "HF_HOME": HF_HOME,
+    "HF_TOKEN_PATH": HF_TOKEN_FILE,
+    "HF_HUB_OFFLINE": "1",
+    "TORCHINDUCTOR_CACHE_DIR": f"{ENGINE_CACHE}/inductor",
+    "TRITON_CACHE_DIR": f"{ENGINE_CACHE}/triton",
+}
+# vLLM's cache root on the same volume (the vLLM and Triton runtimes): the model-class inspections its API server
+# otherwise redoes in a subprocess at every start (about 10 s each for the target and the draft here) and
+# torch.compile's artifacts.
+VLLM_CACHE_ENV = {"VLLM_CACHE_ROOT": f"{ENGINE_CACHE}/vllm"}
 
 
 @dataclass(frozen=True)
@@ -88,9 +106,7 @@ def container_env(inventory: Inventory, fabric: NodeFabric | None = None) -> dic
         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
         "CPATH": "/usr/local/cuda/include",
         "TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas",
-        "HF_HOME": HF_HOME,
-        "HF_TOKEN_PATH": HF_TOKEN_FILE,
-        "HF_HUB_OFFLINE": "1",
+        **SERVING_ENV,
     }
     env.update(inventory.container.env)
     return env
@@ -113,8 +129,7 @@ def mpi_tcp_interfaces(inventory: Inventory) -> str:
 # HF_TOKEN; sparkpair passes HF_TOKEN_PATH instead so the token never appears in argv. NCCL_IB_HCA
 # and NCCL_IB_GID_INDEX are per node: -x would give every rank the head's values, so each rank
 # reads its own container's (docker exec keeps them; the sshd entrypoint hands them to sessions).
-FORWARDED_ENV = ("CPATH", "TRITON_PTXAS_PATH", "HF_TOKEN_PATH", "HF_HOME", "HF_HUB_OFFLINE",
-                 "NCCL_SOCKET_IFNAME", "UCX_NET_DEVICES")
+FORWARDED_ENV = ("CPATH", "TRITON_PTXAS_PATH", *SERVING_ENV, "NCCL_SOCKET_IFNAME", "UCX_NET_DEVICES")
 PER_NODE_ENV = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX")
 
 
@@ -218,7 +233,7 @@ class ContainerSpec:
     name: str
     command: list[str]
     env: dict[str, str]
-    mounts: dict[str, tuple[str, str]]          # container path -> (host path, "ro"|"rw")
+    mounts: dict[str, tuple[str, str]]          # container path -> (host path or volume name, "ro"|"rw")
     gpus: bool
     devices: list[str] = field(default_factory=list)
     ulimits: dict[str, int] = field(default_factory=lambda: {"memlock": -1, "stack": 67108864})
@@ -236,6 +251,7 @@ def container_spec(inventory: Inventory, node: Node, home: str, *, gpus: bool,
         SECRETS_DIR: (f"{home}/{NODE_SECRETS_DIR}", "ro"),
         SSH_DIR: (f"{home}/.ssh", "ro"),
         HF_HOME: (hf_cache_on_node(inventory, home), "rw"),
+        ENGINE_CACHE: (ENGINE_CACHE_VOLUME, "rw"),
     }
     command = ["sleep", "infinity"]
     if container.mpi_transport == "sshd":
@@ -247,6 +263,11 @@ def container_spec(inventory: Inventory, node: Node, home: str, *, gpus: bool,
         devices=["/dev/infiniband"] if infiniband else [],
         labels={"sparkpair.cluster": inventory.cluster.name, "sparkpair.node": node.name},
     )
+
+
+def host_directories(spec: ContainerSpec) -> list[str]:
+    """The node directories spec mounts (not the host key, a file, nor a named volume, which Docker makes)."""
+    return [source for target, (source, _) in spec.mounts.items() if target != HOST_KEY and source.startswith("/")]
 
 
 def docker_run_argv(spec: ContainerSpec) -> list[str]:

@@ -200,7 +200,7 @@ class Sglang:
     def container_env(self, inventory: Inventory, node: Node, fabric: recipe.NodeFabric | None) -> dict[str, str]:
         """Each node's own QSFP address as SGLANG_HOST_IP (what SGLang's cross-node MessageQueue advertises),
         Gloo and NCCL's sockets on its cabled twins, NCCL's defaults over a leftover /etc/nccl.conf, the node's
-        own NCCL_IB_HCA and GID index, both halves of the cabled port as one NIC, the HF cache offline."""
+        own NCCL_IB_HCA and GID index, both halves of the cabled port as one NIC, recipe.SERVING_ENV."""
         own = _own_twin(inventory, node)
         env = {
             "SGLANG_HOST_IP": str(node.links[own].ip),
@@ -209,9 +209,7 @@ class Sglang:
             **NCCL_CONF_TRAP,
             **(fabric.env() if fabric else {}),
             **recipe.merged_halves(node),
-            "HF_HOME": recipe.HF_HOME,
-            "HF_TOKEN_PATH": recipe.HF_TOKEN_FILE,
-            "HF_HUB_OFFLINE": "1",
+            **recipe.SERVING_ENV,
         }
         env.update(inventory.engine(self.name).env)
         env.update(inventory.container.env)

@@ -193,13 +193,13 @@ class Triton:
     def container_env(self, inventory: Inventory, node: Node, fabric: recipe.NodeFabric | None) -> dict[str, str]:
         """vLLM's per-node variables, as the vLLM runtime's native mode sets them (VLLM_HOST_IP on the node's twin
         toward the head; Gloo, TP and NCCL's sockets on the cabled ports; both halves of a cabled port as one NIC),
-        the HF cache offline, then engines.triton.env and container.env."""
+        recipe.SERVING_ENV (the HF cache offline, the compile caches), then engines.triton.env and container.env."""
         own = recipe.ports_toward_head(inventory, node)[1]
         twins = ",".join(node.links)
         env = {"VLLM_HOST_IP": str(node.links[own].ip), "GLOO_SOCKET_IFNAME": own, "TP_SOCKET_IFNAME": own,
                "NCCL_SOCKET_IFNAME": twins, "UCX_NET_DEVICES": twins, "OMPI_MCA_btl_tcp_if_include": own,
                **(fabric.env() if fabric else {}), **recipe.merged_halves(node),
-               "HF_HOME": recipe.HF_HOME, "HF_TOKEN_PATH": recipe.HF_TOKEN_FILE, "HF_HUB_OFFLINE": "1"}
+               **recipe.SERVING_ENV, **recipe.VLLM_CACHE_ENV}
         return env | inventory.engine(self.name).env | inventory.container.env
 
     def container_spec(self, inventory: Inventory, node: Node, home: str, *, gpus: bool, infiniband: bool,

@@ -157,7 +157,7 @@ class Vllm:
     def container_env(self, inventory: Inventory, node: Node, fabric: recipe.NodeFabric | None) -> dict[str, str]:
         """The playbook's per-node variables: VLLM_HOST_IP is the node's own QSFP address on its twin toward the
         head (a pair's: its first); Gloo, TP and NCCL's socket traffic stay on the cabled ports; NCCL_IB_HCA and
-        the GID index are the node's own."""
+        the GID index are the node's own; recipe.SERVING_ENV (the HF cache offline, the compile caches)."""
         twins = list(node.links)
         own = _own_twin(inventory, node)
         env = {
@@ -169,9 +169,7 @@ class Vllm:
             "OMPI_MCA_btl_tcp_if_include": own,
             **(fabric.env() if fabric else {}),
             **recipe.merged_halves(node),
-            "HF_HOME": recipe.HF_HOME,
-            "HF_TOKEN_PATH": recipe.HF_TOKEN_FILE,
-            "HF_HUB_OFFLINE": "1",
+            **recipe.SERVING_ENV, **recipe.VLLM_CACHE_ENV,
         }
         if options(inventory).multinode == "ray":
             env |= {"RAY_memory_monitor_refresh_ms": "0", "MASTER_ADDR": _head_address(inventory, node)}

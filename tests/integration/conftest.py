@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -218,6 +219,16 @@ def bundle_contents(inventory: Path, out: Path, lock: Path) -> tuple[set[str], s
         text = "".join(archive.extractfile(m).read().decode(errors="replace")  # type: ignore[union-attr]
                        for m in archive.getmembers() if m.isfile())
     return names, text
+
+
+def engine_cache_files(bed, node: str, kinds: tuple[str, ...] = ("*/modelinfos/*", "*.so")) -> dict[str, str]:
+    """What node's engine-cache Docker volume holds of vLLM's model inspections (`*/modelinfos/*`) and compiled
+    kernels (`*.so`, Inductor's, wherever vLLM put them in the volume), path -> mtime, read from the volume on
+    the node (no container needed); {} when there is no volume."""
+    patterns = " -o ".join(f"-path {shlex.quote(kind)}" for kind in kinds)
+    found = bed.exec(node, f"m=$(docker volume inspect -f '{{{{.Mountpoint}}}}' {paths.ENGINE_CACHE_VOLUME} "
+                           f"2>/dev/null) || exit 0; find \"$m\" -type f \\( {patterns} \\) -printf '%P %T@\\n'").stdout
+    return dict(line.rsplit(" ", 1) for line in found.splitlines())
 
 
 # vLLM's CPU build compiles its model with torch.compile at every start unless told not to (about 40 s of each

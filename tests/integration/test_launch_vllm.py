@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import WithInventory, ensure_networked, run_sparkpair, variant_inventory
+from conftest import WithInventory, engine_cache_files, ensure_networked, run_sparkpair, variant_inventory
 
 TARGET = "Qwen/Qwen3-235B-A22B-GPTQ-Int4"
 CONTAINER = "vllm-multinode"
@@ -51,7 +51,14 @@ def served(testbed, testbed_vllm, tmp_path_factory):
         testbed.exec(node, f"rm -f {KEY_FILE}")
 
 
-def test_launch_reaches_ready_at_tp2_across_both_nodes_with_the_draft(served) -> None:
+@pytest.fixture(scope="module")
+def first_inspections(served):
+    """vLLM's model inspections on each node's engine-cache volume once the module's first start serves."""
+    bed, _ = served
+    return {node: engine_cache_files(bed, node, ("*/modelinfos/*",)) for node in NODES}
+
+
+def test_launch_reaches_ready_at_tp2_across_both_nodes_with_the_draft(served, first_inspections) -> None:
     bed, run = served
     assert run.code == 0, run.text
     assert "--node-rank 1" in run.err and "--headless" in run.err and '"method":"eagle3"' in run.err
@@ -251,6 +258,14 @@ def test_a_real_fault_is_named_by_launch_and_by_diagnose(served, tmp_path: Path,
     assert cause in _diagnosed_from_saved_logs(bed)
     for node in ("spark-a", "spark-b"):
         assert CONTAINER not in _containers(bed, node)  # the failed launch was torn down
+
+
+def test_the_later_starts_loaded_the_model_inspections_the_first_start_made(served, first_inspections) -> None:
+    """The engine-cache volume outlives the container: the faults' starts read vLLM's inspections of the target and
+    the draft (about 10 s each in a subprocess otherwise) from it instead of redoing and rewriting them."""
+    bed, _ = served
+    assert any(path.endswith("Qwen3MoeForCausalLM.json") for path in first_inspections["spark-a"]), first_inspections
+    assert {node: engine_cache_files(bed, node, ("*/modelinfos/*",)) for node in NODES} == first_inspections
 
 
 def test_the_serving_port_taken_is_named(served, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import EAGER_VLLM, Background, WithInventory, ensure_networked, run_sparkpair, variant_inventory
+from conftest import EAGER_VLLM, Background, WithInventory, engine_cache_files, ensure_networked, run_sparkpair, variant_inventory
 
 NAME = "local/qwen3-tiny-eagle3-ci"
 SLUG = "local--qwen3-tiny-eagle3-ci"
@@ -67,7 +67,15 @@ def interrupted(modelopt):
 
 
 @pytest.fixture(scope="module")
-def resumed(interrupted, tmp_path_factory):
+def first_kernels(interrupted):
+    """The compiled kernels on the head's engine-cache volume after the first run's data step (its vLLM start
+    answered the training prompts: Inductor compiled the sampler at the first of them)."""
+    bed, _, _ = interrupted
+    return engine_cache_files(bed, "spark-a", ("*.so",))
+
+
+@pytest.fixture(scope="module")
+def resumed(interrupted, first_kernels, tmp_path_factory):
     """The second run, 5 steps: (bed, run, its --out folder)."""
     bed, _, _ = interrupted
     out = tmp_path_factory.mktemp("train-draft")
@@ -122,6 +130,15 @@ def test_the_real_vllm_serves_the_trained_draft_and_bench_counts_its_drafts(resu
     assert trained["errors"] == 0 and trained["draft_tokens"] and trained["draft_tokens"] > 0  # the counters count
     assert current["draft_tokens"] and current["draft_tokens"] > 0
     assert (out / "concurrency.png").stat().st_size > 0 and (out / "summary.md").exists()
+
+
+def test_the_evaluation_starts_loaded_the_kernels_the_data_step_compiled(resumed, first_kernels) -> None:
+    """The engine-cache volume outlives the container: the second run's vLLM starts (the current draft, the trained
+    one) load the sampler's kernels the first run's start compiled (20-30 s of C++ at a first request here), and
+    compile none again."""
+    bed, _, _ = resumed
+    assert first_kernels, "no compiled kernel on the head's engine-cache volume after the data step"
+    assert engine_cache_files(bed, "spark-a", ("*.so",)) == first_kernels
 
 
 def test_a_third_run_finds_every_step_done(resumed, tmp_path: Path) -> None:

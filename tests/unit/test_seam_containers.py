@@ -56,8 +56,12 @@ def test_a_node_without_the_container_gets_it_started_labelled_with_its_spec() -
     assert f"{containers.SPEC_LABEL}={containers.spec_hash(spec)}" in argv and argv[argv.index("--name") + 1] == NAME
     assert "--gpus all --device /dev/infiniband:/dev/infiniband" in " ".join(argv)  # what the node's facts said
     [mkdir] = [text for text in node.commands if text.startswith("mkdir -p ")]
-    assert all(shlex.quote(source) in mkdir for target, (source, _) in spec.mounts.items()
-               if target != containers.recipe.HOST_KEY)
+    directories = [source for target, (source, _) in spec.mounts.items()
+                   if target not in (containers.recipe.HOST_KEY, containers.recipe.ENGINE_CACHE)]
+    assert directories and all(shlex.quote(source) in mkdir for source in directories)
+    # the engine-cache volume is Docker's to make, never a directory made in the user's home
+    volume = containers.recipe.ENGINE_CACHE_VOLUME
+    assert volume not in mkdir and f"{volume}:{containers.recipe.ENGINE_CACHE}:rw" in argv
     assert [len(asked) for asked in rounds.asked] == [2, 1]  # the spec's two facts, then the container
 
 

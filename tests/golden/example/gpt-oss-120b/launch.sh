@@ -18,7 +18,7 @@ mkdir -p ~/.sparkpair/config ~/.sparkpair/secrets && chmod 700 ~/.sparkpair/secr
 #   ~/.sparkpair/config/extra-llm-api-config.yml
 
 # 3. Engine container  [on spark-a]
-docker run -d --name trtllm-multinode --network host --ipc host --ulimit=memlock=-1 --ulimit=stack=67108864 --gpus all --device /dev/infiniband:/dev/infiniband --label sparkpair.cluster=spark-pair --label sparkpair.node=spark-a --env-file "$HOME/.sparkpair/config/container.env" -v "$HOME/.sparkpair/config:/sparkpair/config:ro" -v "$HOME/.sparkpair/secrets:/sparkpair/secrets:ro" -v "$HOME/.ssh:/sparkpair/ssh:ro" -v "$HOME/.cache/huggingface:/sparkpair/hf:rw" nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12 sleep infinity
+docker run -d --name trtllm-multinode --network host --ipc host --ulimit=memlock=-1 --ulimit=stack=67108864 --gpus all --device /dev/infiniband:/dev/infiniband --label sparkpair.cluster=spark-pair --label sparkpair.node=spark-a --env-file "$HOME/.sparkpair/config/container.env" -v "$HOME/.sparkpair/config:/sparkpair/config:ro" -v "$HOME/.sparkpair/secrets:/sparkpair/secrets:ro" -v "$HOME/.ssh:/sparkpair/ssh:ro" -v "$HOME/.cache/huggingface:/sparkpair/hf:rw" -v sparkpair-engine-cache:/sparkpair/cache:rw nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc12 sleep infinity
 
 # 4. Models into the HF cache (the hub on for the download; the container keeps it off)  [on spark-a]
 docker exec -u "$(id -u):$(id -g)" -e HOME=/tmp -e HF_HUB_OFFLINE=0 trtllm-multinode hf download openai/gpt-oss-120b

@@ -17,10 +17,10 @@ mkdir -p ~/.sparkpair/config ~/.sparkpair/secrets && chmod 700 ~/.sparkpair/secr
 #   ~/.sparkpair/config/container.env
 
 # 3. Engine container  [on spark-a]
-docker run -d --name sglang-multinode --network host --shm-size 10.24g --ulimit=memlock=-1 --ulimit=stack=67108864 --gpus all --device /dev/infiniband:/dev/infiniband --label sparkpair.cluster=spark-pair --label sparkpair.node=spark-a --env-file "$HOME/.sparkpair/config/container.env" -v "$HOME/.sparkpair/config:/sparkpair/config:ro" -v "$HOME/.sparkpair/secrets:/sparkpair/secrets:ro" -v "$HOME/.ssh:/sparkpair/ssh:ro" -v "$HOME/.cache/huggingface:/sparkpair/hf:rw" lmsysorg/sglang:latest-cu130 sleep infinity
+docker run -d --name sglang-multinode --network host --shm-size 10.24g --ulimit=memlock=-1 --ulimit=stack=67108864 --gpus all --device /dev/infiniband:/dev/infiniband --label sparkpair.cluster=spark-pair --label sparkpair.node=spark-a --env-file "$HOME/.sparkpair/config/container.env" -v "$HOME/.sparkpair/config:/sparkpair/config:ro" -v "$HOME/.sparkpair/secrets:/sparkpair/secrets:ro" -v "$HOME/.ssh:/sparkpair/ssh:ro" -v "$HOME/.cache/huggingface:/sparkpair/hf:rw" -v sparkpair-engine-cache:/sparkpair/cache:rw lmsysorg/sglang:latest-cu130 sleep infinity
 
 # 4. Engine container  [on spark-b]
-docker run -d --name sglang-multinode --network host --shm-size 10.24g --ulimit=memlock=-1 --ulimit=stack=67108864 --gpus all --device /dev/infiniband:/dev/infiniband --label sparkpair.cluster=spark-pair --label sparkpair.node=spark-b --env-file "$HOME/.sparkpair/config/container.env" -v "$HOME/.sparkpair/config:/sparkpair/config:ro" -v "$HOME/.sparkpair/secrets:/sparkpair/secrets:ro" -v "$HOME/.ssh:/sparkpair/ssh:ro" -v "$HOME/.cache/huggingface:/sparkpair/hf:rw" lmsysorg/sglang:latest-cu130 sleep infinity
+docker run -d --name sglang-multinode --network host --shm-size 10.24g --ulimit=memlock=-1 --ulimit=stack=67108864 --gpus all --device /dev/infiniband:/dev/infiniband --label sparkpair.cluster=spark-pair --label sparkpair.node=spark-b --env-file "$HOME/.sparkpair/config/container.env" -v "$HOME/.sparkpair/config:/sparkpair/config:ro" -v "$HOME/.sparkpair/secrets:/sparkpair/secrets:ro" -v "$HOME/.ssh:/sparkpair/ssh:ro" -v "$HOME/.cache/huggingface:/sparkpair/hf:rw" -v sparkpair-engine-cache:/sparkpair/cache:rw lmsysorg/sglang:latest-cu130 sleep infinity
 
 # 5. Models into the HF cache (the hub on for the download; the container keeps it off)  [on spark-a]
 docker exec -u "$(id -u):$(id -g)" -e HOME=/tmp -e HF_HUB_OFFLINE=0 sglang-multinode hf download Qwen/Qwen3-235B-A22B-GPTQ-Int4
