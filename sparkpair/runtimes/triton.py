@@ -193,7 +193,8 @@ class Triton:
     def container_env(self, inventory: Inventory, node: Node, fabric: recipe.NodeFabric | None) -> dict[str, str]:
         """vLLM's per-node variables, as the vLLM runtime's native mode sets them (VLLM_HOST_IP on the node's twin
         toward the head; Gloo, TP and NCCL's sockets on the cabled ports; both halves of a cabled port as one NIC),
-        recipe.SERVING_ENV (the HF cache offline, the compile caches), then engines.triton.env and container.env."""
+        recipe.SERVING_ENV and VLLM_CACHE_ENV (the HF cache offline, the compile caches), then engines.triton.env
+        and container.env."""
         own = recipe.ports_toward_head(inventory, node)[1]
         twins = ",".join(node.links)
         env = {"VLLM_HOST_IP": str(node.links[own].ip), "GLOO_SOCKET_IFNAME": own, "TP_SOCKET_IFNAME": own,

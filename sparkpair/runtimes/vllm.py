@@ -157,7 +157,8 @@ class Vllm:
     def container_env(self, inventory: Inventory, node: Node, fabric: recipe.NodeFabric | None) -> dict[str, str]:
         """The playbook's per-node variables: VLLM_HOST_IP is the node's own QSFP address on its twin toward the
         head (a pair's: its first); Gloo, TP and NCCL's socket traffic stay on the cabled ports; NCCL_IB_HCA and
-        the GID index are the node's own; recipe.SERVING_ENV (the HF cache offline, the compile caches)."""
+        the GID index are the node's own; recipe.SERVING_ENV and VLLM_CACHE_ENV (the HF cache offline, the compile
+        caches)."""
         twins = list(node.links)
         own = _own_twin(inventory, node)
         env = {

@@ -221,10 +221,10 @@ def bundle_contents(inventory: Path, out: Path, lock: Path) -> tuple[set[str], s
     return names, text
 
 
-def engine_cache_files(bed, node: str, kinds: tuple[str, ...] = ("*/modelinfos/*", "*.so")) -> dict[str, str]:
-    """What node's engine-cache Docker volume holds of vLLM's model inspections (`*/modelinfos/*`) and compiled
-    kernels (`*.so`, Inductor's, wherever vLLM put them in the volume), path -> mtime, read from the volume on
-    the node (no container needed); {} when there is no volume."""
+def engine_cache_files(bed, node: str, kinds: tuple[str, ...]) -> dict[str, str]:
+    """The files of node's engine-cache Docker volume whose path matches one of kinds (find -path patterns:
+    `*/modelinfos/*` for vLLM's model inspections, `*.so` for compiled kernels wherever vLLM put them), path ->
+    mtime, read from the volume on the node (no container needed); {} when there is no volume."""
     patterns = " -o ".join(f"-path {shlex.quote(kind)}" for kind in kinds)
     found = bed.exec(node, f"m=$(docker volume inspect -f '{{{{.Mountpoint}}}}' {paths.ENGINE_CACHE_VOLUME} "
                            f"2>/dev/null) || exit 0; find \"$m\" -type f \\( {patterns} \\) -printf '%P %T@\\n'").stdout

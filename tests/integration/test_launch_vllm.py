@@ -58,7 +58,8 @@ def first_inspections(served):
     return {node: engine_cache_files(bed, node, ("*/modelinfos/*",)) for node in NODES}
 
 
-def test_launch_reaches_ready_at_tp2_across_both_nodes_with_the_draft(served, first_inspections) -> None:
+@pytest.mark.usefixtures("first_inspections")  # taken here, before any later start of the module can touch them
+def test_launch_reaches_ready_at_tp2_across_both_nodes_with_the_draft(served) -> None:
     bed, run = served
     assert run.code == 0, run.text
     assert "--node-rank 1" in run.err and "--headless" in run.err and '"method":"eagle3"' in run.err
