@@ -8,13 +8,14 @@ import json
 import tarfile
 
 import pytest
+from saved_archive import write_saved_image
 from sparkpair_testbed import image_delta, triton_image, triton_serve, vllm_serve
 from sparkpair_testbed.hostexec import CommandError
 from sparkpair_testbed.layout import CACHE_DIR, HEAD
 
 
-def test_the_delta_keeps_everything_but_the_base_layers_files(tmp_path, saved_image):
-    saved_image(tmp_path / "full.tar", ["base1", "base2", "triton"])
+def test_the_delta_keeps_everything_but_the_base_layers_files(tmp_path):
+    write_saved_image(tmp_path / "full.tar", ["base1", "base2", "triton"])
     dropped = image_delta.strip_base_layers(tmp_path / "full.tar", tmp_path / "delta.tar", 2)
     with tarfile.open(tmp_path / "delta.tar") as delta:
         names = delta.getnames()
@@ -34,9 +35,9 @@ def test_an_archive_of_more_than_one_image_is_refused(tmp_path):
         image_delta.strip_base_layers(tmp_path / "two.tar", tmp_path / "delta.tar", 0)
 
 
-def test_an_image_with_no_layer_on_top_of_the_base_is_refused(tmp_path, saved_image):
+def test_an_image_with_no_layer_on_top_of_the_base_is_refused(tmp_path):
     """A delta of nothing would load as the base image under the new tag: refused instead."""
-    saved_image(tmp_path / "full.tar", ["base1", "base2"])
+    write_saved_image(tmp_path / "full.tar", ["base1", "base2"])
     with pytest.raises(CommandError, match="2 layers, none on top of the base's 2"):
         image_delta.strip_base_layers(tmp_path / "full.tar", tmp_path / "delta.tar", 2)
 

@@ -12,6 +12,7 @@ import subprocess
 import tarfile
 
 import pytest
+from saved_archive import write_saved_image
 from sparkpair_testbed import image_delta, vllm_models, vllm_ray, vllm_serve, vllm_wheels
 from sparkpair_testbed.hostexec import CommandError
 from sparkpair_testbed.layout import HEAD, VLLM_IMAGE_TAG, VLLM_RAY_IMAGE_TAG, WORKER
@@ -153,8 +154,7 @@ class FakeEngines:
     """The Docker engines of the nodes as image_delta.py sees them: each node's Ray image label, the commands
     run; `docker save` writes a `docker save` archive of the vLLM image's 2 layers and one of its own."""
 
-    def __init__(self, saved_image, labels: dict | None = None, load_sets_label: bool = True):
-        self.saved_image = saved_image
+    def __init__(self, labels: dict | None = None, load_sets_label: bool = True):
         self.labels = dict(labels or {})        # node name -> key label of its image under the Ray tag
         self.load_sets_label = load_sets_label
         self.ran: list[tuple[str, list[str]]] = []
@@ -175,7 +175,7 @@ class FakeEngines:
             label = next(item for item in argv if item.startswith("LABEL "))
             self.labels[node.name] = label.removeprefix(f"LABEL {vllm_ray.IMAGE.key_label}=")
         elif argv[1] == "save":
-            self.saved_image(argv[3], ["vllm1", "vllm2", "ray"])
+            write_saved_image(argv[3], ["vllm1", "vllm2", "ray"])
         elif argv[1] == "load" and self.load_sets_label:
             self.labels[node.name] = argv[-1].rsplit("-", 1)[1].removesuffix(".tar")
         return subprocess.CompletedProcess(argv, code, out, "")
@@ -207,12 +207,12 @@ def test_the_ray_image_key_follows_the_vllm_image_and_the_wheels_and_names_the_d
 
 
 def test_the_ray_image_is_built_once_and_cached_as_a_delta_without_the_vllm_layers(
-        tmp_path, monkeypatch, saved_image, ray_house):
+        tmp_path, monkeypatch, ray_house):
     cache = tmp_path / "cache"
     cache.mkdir()
     for name in ("vllm-ray-image-0123456789abcdef.tar", "vllm-ray-image-x.partial", "vllm-image-k.tar"):
         (cache / name).write_bytes(b"old")
-    engines = FakeEngines(saved_image).install(monkeypatch, cache)
+    engines = FakeEngines().install(monkeypatch, cache)
     key, outcome = vllm_ray.ensure_image([HEAD, WORKER], ray_house, "sha256:v", lambda message: None)
     assert outcome == "built" and engines.labels == {HEAD.name: key, WORKER.name: key}
     [(node, run)] = engines.commands("run")
@@ -229,10 +229,10 @@ def test_the_ray_image_is_built_once_and_cached_as_a_delta_without_the_vllm_laye
 
 
 def test_a_fresh_pair_loads_the_delta_and_an_engine_with_the_key_is_skipped(
-        tmp_path, monkeypatch, saved_image, ray_house):
+        tmp_path, monkeypatch, ray_house):
     key = vllm_ray.image_key(ray_house, "sha256:v")
     (tmp_path / f"vllm-ray-image-{key}.tar").write_bytes(b"delta")
-    engines = FakeEngines(saved_image).install(monkeypatch, tmp_path)
+    engines = FakeEngines().install(monkeypatch, tmp_path)
     assert vllm_ray.ensure_image([HEAD, WORKER], ray_house, "sha256:v", print) == (key, "loaded")
     assert sorted(node for node, _ in engines.commands("load")) == sorted([HEAD.name, WORKER.name])
     assert not engines.commands("run") and not engines.commands("commit") and not engines.commands("save")
@@ -246,18 +246,18 @@ def test_a_fresh_pair_loads_the_delta_and_an_engine_with_the_key_is_skipped(
     assert not engines.commands("load")
 
 
-def test_a_lost_delta_is_saved_again_from_spark_a_without_a_rebuild(tmp_path, monkeypatch, saved_image, ray_house):
+def test_a_lost_delta_is_saved_again_from_spark_a_without_a_rebuild(tmp_path, monkeypatch, ray_house):
     key = vllm_ray.image_key(ray_house, "sha256:v")
-    engines = FakeEngines(saved_image, {HEAD.name: key, WORKER.name: key}).install(monkeypatch, tmp_path)
+    engines = FakeEngines({HEAD.name: key, WORKER.name: key}).install(monkeypatch, tmp_path)
     assert vllm_ray.ensure_image([HEAD, WORKER], ray_house, "sha256:v", print) == (key, "saved")
     assert not engines.commands("run") and not engines.commands("load")
     assert (tmp_path / f"vllm-ray-image-{key}.tar").exists()
 
 
-def test_a_load_that_leaves_another_label_is_an_error_naming_the_node(tmp_path, monkeypatch, saved_image, ray_house):
+def test_a_load_that_leaves_another_label_is_an_error_naming_the_node(tmp_path, monkeypatch, ray_house):
     key = vllm_ray.image_key(ray_house, "sha256:v")
     (tmp_path / f"vllm-ray-image-{key}.tar").write_bytes(b"delta")
-    FakeEngines(saved_image, {HEAD.name: key}, load_sets_label=False).install(monkeypatch, tmp_path)
+    FakeEngines({HEAD.name: key}, load_sets_label=False).install(monkeypatch, tmp_path)
     with pytest.raises(CommandError, match=rf"{WORKER.name}: {VLLM_RAY_IMAGE_TAG} lacks label "
                                            rf"sparkpair-testbed.ray-image-key={key} after docker load"):
         vllm_ray.ensure_image([HEAD, WORKER], ray_house, "sha256:v", print)

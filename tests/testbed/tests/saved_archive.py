@@ -1,12 +1,11 @@
-"""Helpers the testbed's own tests share: an archive laid out as `docker save` lays out one image."""
+"""An archive laid out as `docker save` lays out one image, for the testbed's own tests (a module of its own, not a
+conftest.py: tests/integration's `from conftest import ...` would find this directory's instead)."""
 from __future__ import annotations
 
 import io
 import json
 import tarfile
 from pathlib import Path
-
-import pytest
 
 
 def add_member(archive: tarfile.TarFile, name: str, data: bytes) -> None:
@@ -27,9 +26,3 @@ def write_saved_image(path: Path, layers: list[str]) -> None:
         add_member(archive, "cfg.json", b'{"rootfs": {}}')
         add_member(archive, "manifest.json", json.dumps([{"Config": "cfg.json", "RepoTags": ["t:1"],
                                                           "Layers": [f"{layer}/layer.tar" for layer in layers]}]).encode())
-
-
-@pytest.fixture
-def saved_image():
-    """write_saved_image(path, layers), for tests that need a `docker save` archive."""
-    return write_saved_image
