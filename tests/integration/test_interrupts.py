@@ -69,9 +69,11 @@ def pristine_pair(pristine):
 
 @pytest.fixture
 def slow(stopped, tmp_path: Path) -> Path:
-    """An inventory whose engine loads for 15 s and whose hub downloads crawl (knobs of the simulator)."""
+    """An inventory whose engine loads for 5 s and whose hub downloads crawl (knobs of the simulator). The runs
+    are held at the line they are interrupted at (Background's hold_at), so no window needs a longer load: each
+    relaunch here waited out 15 s before."""
     data = yaml.safe_load(Path(stopped.inventory).read_text())
-    data["container"]["env"] = {"SIM_LOAD_SECONDS": "15", "SIM_HF_BYTES_PER_SEC": "400000"}
+    data["container"]["env"] = {"SIM_LOAD_SECONDS": "5", "SIM_HF_BYTES_PER_SEC": "400000"}
     path = tmp_path / "slow.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

@@ -39,10 +39,14 @@ def _variant(bed, tmp_path: Path, changes: dict) -> Path:
 
 @pytest.fixture(scope="module")
 def served(testbed, testbed_vllm, tmp_path_factory):
-    """One vLLM start across both nodes for the module's tests, with an API key; stopped at the end."""
+    """One vLLM start across both nodes for the module's tests, with an API key; stopped at the end. Eager, as every
+    real-vLLM start of the suite: on this CPU build torch.compile's Dynamo trace and Inductor C++ took 55-64 s of the
+    start (124 s cold against about 60) and prove vLLM's compiler, not sparkpair; on a Spark the compiled path is
+    CUDA graphs, which no CPU exercises. Every serve argument of the profile is checked against vllm_serve.json, which
+    test_the_serve_definitions_sparkpair_checks_against_are_the_real_vllms proves is the real vLLM's."""
     ensure_networked(testbed)
     keyed = WithInventory(testbed, _variant(testbed, tmp_path_factory.mktemp("keyed"), {"models": {"qwen3-235b": {
-        "variants": {"vllm": {"serve_args": {"api_key": API_KEY}}}}}}))
+        "variants": {"vllm": {"serve_args": {"api_key": API_KEY, "enforce_eager": True}}}}}}))
     run_sparkpair(keyed.inventory, "stop")
     run = run_sparkpair(keyed.inventory, *LAUNCH, timeout=1200)
     yield keyed, run
@@ -173,6 +177,11 @@ def test_the_api_key_reaches_vllm_from_its_file_and_nowhere_else(served, tmp_pat
                                 f"curl -s -o /dev/null -w '%{{http_code}}' -H \"Authorization: Bearer $(cat {KEY_FILE})\" "
                                 f"http://127.0.0.1:{port}/v1/models").stdout.split()
     assert asked == ["401", "200"], asked  # the engine wants the key; sparkpair's own requests carry it
+    chat = json.loads(bed.exec("spark-a", f"curl -s -m 120 -H \"Authorization: Bearer $(cat {KEY_FILE})\" -H "
+                                          "'Content-Type: application/json' -d '{\"model\": \"" + TARGET + "\", "
+                                          "\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"max_tokens\": 4}' "
+                                          f"http://127.0.0.1:{port}/v1/chat/completions").stdout)
+    assert chat["choices"][0]["message"]["role"] == "assistant", chat   # the target's chat template, across TP=2
     for command in (("status",), ("logs", "--tail", "5000"), ("inventory", "show")):
         shown = run_sparkpair(bed.inventory, "-vv", *command)
         assert shown.code == 0 and API_KEY not in shown.text, command

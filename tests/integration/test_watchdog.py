@@ -30,7 +30,7 @@ def _nothing_runs(bed) -> None:
 
 def test_stall_in_nccl_init_fails_early_tears_down_and_bundle_holds_both_nodes_without_secrets(
         stopped, sparkpair, tmp_path: Path) -> None:
-    """launch --timeout 900 --stall-after nccl=30 with NCCL's handshakes dropped: fails within 120 s naming NCCL
+    """launch --timeout 900 --stall-after nccl=15 with NCCL's handshakes dropped: fails within 120 s naming NCCL
     init, the lack of progress and the limit it was given, leaves nothing running; then the bundle holds both
     nodes' evidence and the ranks' logs, and neither the HF token given to the launch nor a Wi-Fi password in a
     node's netplan file is in it. (The default limit, 90 s, is test_watch.py's: waiting it out here cost a minute
@@ -38,13 +38,13 @@ def test_stall_in_nccl_init_fails_early_tears_down_and_bundle_holds_both_nodes_w
     canary = f"hf_SparkpairCanary{uuid.uuid4().hex}"
     stopped.fault("stall-at-nccl")
     started = time.monotonic()
-    run = sparkpair("launch", "--timeout", "900", "--stall-after", "nccl=30", env={"HF_TOKEN": canary}, timeout=900)
+    run = sparkpair("launch", "--timeout", "900", "--stall-after", "nccl=15", env={"HF_TOKEN": canary}, timeout=900)
     took = time.monotonic() - started
     assert run.code == 1, run.text
     assert took < 120, f"the stalled launch took {took:.0f} s"
     failed = next((line for line in run.err.splitlines() if "launch failed:" in line), run.err)
     assert "no progress for" in failed and "in NCCL init" in failed and "spark-b (rank 1)" in failed, failed
-    assert "stall limit for NCCL init: 30 s" in failed, failed
+    assert "stall limit for NCCL init: 15 s" in failed, failed
     assert "--- last lines from spark-a:" in run.err and "--- last lines from spark-b:" in run.err
     assert "Model init total --" in run.err
     assert "cause startup.stalled:" in run.err and "it stopped in 'nccl'" in run.err

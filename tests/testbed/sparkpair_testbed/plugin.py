@@ -47,17 +47,17 @@ class PairSession:
 def pytest_configure(config) -> None:
     """Register the marker the pair's tests carry."""
     config.addinivalue_line("markers", "integration: needs the simulated pair (sparkpair_testbed); runs as root")
-    config.addinivalue_line("markers", "takes_the_pair_down: takes the pair down (and up again): runs after the "
-                                       "other tests of the pair, whose engines then keep what was loaded")
+    config.addinivalue_line("markers", "takes_the_pair_down: takes the pair down: runs after every other test of the "
+                                       "pair and of a larger shape, whose engines then keep what was loaded")
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """Every test that uses the pair is an integration test; a test that takes the pair down (marked
-    `takes_the_pair_down`) runs after every other test of the pair, so the images and models loaded into its
-    engines serve every module that needs them once (test_triton and test_vllm reloaded them after
-    test_testbed's down test: about 80 s each); the tests on a larger shape (`testbed_shape`) run last, so a
-    reshape and its way back can never disturb a module of the pair (a session that ran a pair module after a
-    switch of four saw that module's launch fail)."""
+    """Every test that uses the pair is an integration test; the tests on a larger shape (`testbed_shape`) run
+    after the pair's, so a reshape and its way back can never disturb a module of the pair (a session that ran a
+    pair module after a switch of four saw that module's launch fail); a test that takes the pair down (marked
+    `takes_the_pair_down`) runs last of all, so the images and models loaded into the engines serve every module
+    that needs them once: test_triton and test_vllm reloaded them after test_testbed's down test (about 80 s
+    each), and a larger shape after it loaded the vLLM image into spark-a's and spark-b's fresh engines again."""
     for item in items:
         if "testbed_pair" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.integration)
@@ -70,10 +70,10 @@ def on_a_larger_shape(item) -> bool:
 
 
 def place_in_session(item) -> int:
-    """0 for a test of the pair as it is, 1 for one that takes the pair down, 2 for one on a larger shape."""
-    if on_a_larger_shape(item):
+    """0 for a test of the pair as it is, 1 for one on a larger shape, 2 for one that takes the pair down."""
+    if item.get_closest_marker("takes_the_pair_down"):
         return 2
-    return 1 if item.get_closest_marker("takes_the_pair_down") else 0
+    return 1 if on_a_larger_shape(item) else 0
 
 
 def unavailable_reason() -> str | None:

@@ -1,5 +1,5 @@
-"""The order the testbed's plugin gives a session: the pair's tests first, then a test that takes the pair down,
-then the tests on a larger shape; within each group the collected order."""
+"""The order the testbed's plugin gives a session: the pair's tests first, then the tests on a larger shape, then a
+test that takes the pair down; within each group the collected order."""
 from __future__ import annotations
 
 import pytest
@@ -19,8 +19,8 @@ class Collected:
         self.markers.append(mark)
 
 
-def test_the_down_test_runs_after_the_pair_tests_and_before_the_larger_shapes() -> None:
+def test_the_down_test_runs_last_after_the_pair_tests_and_the_larger_shapes() -> None:
     items = [Collected("shape_a", ("testbed_shape",)), Collected("down", markers=(pytest.mark.takes_the_pair_down.mark,)),
              Collected("triton"), Collected("shape_b", ("testbed", "testbed_shape")), Collected("vllm")]
     pytest_collection_modifyitems(items)
-    assert [item.name for item in items] == ["triton", "vllm", "down", "shape_a", "shape_b"]
+    assert [item.name for item in items] == ["triton", "vllm", "shape_a", "shape_b", "down"]
